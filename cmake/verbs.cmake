@@ -1,0 +1,15 @@
+# The system's verbs headers and libraries. rdmakit and the tests build against these;
+# softrdma replaces the libraries at run time (LD_LIBRARY_PATH), never at link time.
+find_path(VERBS_INCLUDE_DIR infiniband/verbs.h REQUIRED)
+find_library(SYSTEM_IBVERBS NAMES libibverbs.so.1 ibverbs REQUIRED)
+find_library(SYSTEM_RDMACM NAMES librdmacm.so.1 rdmacm REQUIRED)
+get_filename_component(SYSTEM_IBVERBS_REAL ${SYSTEM_IBVERBS} REALPATH)
+
+add_library(verbs::ibverbs UNKNOWN IMPORTED)
+set_target_properties(verbs::ibverbs PROPERTIES
+  IMPORTED_LOCATION ${SYSTEM_IBVERBS}
+  INTERFACE_INCLUDE_DIRECTORIES ${VERBS_INCLUDE_DIR})
+add_library(verbs::rdmacm UNKNOWN IMPORTED)
+set_target_properties(verbs::rdmacm PROPERTIES
+  IMPORTED_LOCATION ${SYSTEM_RDMACM}
+  INTERFACE_INCLUDE_DIRECTORIES ${VERBS_INCLUDE_DIR})

@@ -1,0 +1,168 @@
+#include "engine/arena.hpp"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <system_error>
+#include <unistd.h>
+#include <unordered_map>
+
+#include "common/log.hpp"
+
+namespace softrdma {
+namespace {
+
+constexpr uint64_t kArenaMagic = 0x414e455241534653ull;  // "SFSARENA"
+
+Arena* g_arena = nullptr;
+pid_t g_arena_pid = 0;
+std::mutex g_arena_mutex;
+
+size_t round_up(size_t n) { return (n + Arena::kAlign - 1) & ~(Arena::kAlign - 1); }
+
+}  // namespace
+
+Arena& Arena::self() {
+  std::lock_guard lock(g_arena_mutex);
+  // A forked child gets its own arena: the inherited one belongs to the parent.
+  if (!g_arena || g_arena_pid != getpid()) {
+    g_arena = new Arena();
+    g_arena_pid = getpid();
+  }
+  return *g_arena;
+}
+
+Arena::Arena() {
+  fd_ = static_cast<int>(syscall(SYS_memfd_create, "softrdma-arena", MFD_CLOEXEC));
+  if (fd_ < 0) throw std::system_error(errno, std::generic_category(), "memfd_create");
+  if (ftruncate(fd_, static_cast<off_t>(kSize)) != 0)
+    throw std::system_error(errno, std::generic_category(), "ftruncate arena");
+  void* p = mmap(nullptr, kSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
+  if (p == MAP_FAILED) throw std::system_error(errno, std::generic_category(), "mmap arena");
+  base_ = static_cast<char*>(p);
+  auto* h = reinterpret_cast<ArenaHeader*>(base_);
+  const ProcessId& me = self_process();
+  h->pid = me.pid;
+  h->start_time = me.start_time;
+  h->magic = kArenaMagic;
+  // Offset 0 is the header, so 0 can mean "no object".
+  free_.emplace(4096, kSize - 4096);
+}
+
+uint64_t Arena::allocate(size_t bytes) {
+  bytes = round_up(bytes);
+  std::lock_guard lock(mutex_);
+  for (auto it = free_.begin(); it != free_.end(); ++it) {
+    if (it->second < bytes) continue;
+    const uint64_t off = it->first;
+    const size_t rest = it->second - bytes;
+    free_.erase(it);
+    if (rest) free_.emplace(off + bytes, rest);
+    used_.emplace(off, bytes);
+    return off;
+  }
+  return 0;
+}
+
+void Arena::free(uint64_t offset) {
+  std::lock_guard lock(mutex_);
+  auto used = used_.find(offset);
+  if (used == used_.end()) return;
+  size_t bytes = used->second;
+  used_.erase(used);
+  zero_range(offset, bytes);
+  auto next = free_.lower_bound(offset);
+  if (next != free_.end() && offset + bytes == next->first) {
+    bytes += next->second;
+    next = free_.erase(next);
+  }
+  if (next != free_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == offset) {
+      prev->second += bytes;
+      return;
+    }
+  }
+  free_.emplace(offset, bytes);
+}
+
+void Arena::zero_range(uint64_t offset, size_t bytes) {
+  // Whole pages go back to tmpfs (they read as zero afterwards); the edges are cleared.
+  constexpr uint64_t kPage = 4096;
+  const uint64_t first = (offset + kPage - 1) & ~(kPage - 1);
+  const uint64_t last = (offset + bytes) & ~(kPage - 1);
+  if (last <= first) {
+    std::memset(base_ + offset, 0, bytes);
+    return;
+  }
+  std::memset(base_ + offset, 0, first - offset);
+  fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(first),
+            static_cast<off_t>(last - first));
+  std::memset(base_ + last, 0, offset + bytes - last);
+}
+
+PeerArena::PeerArena(ProcessId owner, char* base, bool owned_mapping)
+    : owner_(owner), base_(base), owned_mapping_(owned_mapping) {}
+
+PeerArena::~PeerArena() {
+  for (auto& [remote, local] : imported_) close(local);
+  if (pidfd_ >= 0) close(pidfd_);
+  if (owned_mapping_) munmap(base_, Arena::kSize);
+}
+
+int PeerArena::import_fd(int remote_fd) {
+  std::lock_guard lock(mutex_);
+  if (auto it = imported_.find(remote_fd); it != imported_.end()) return it->second;
+  if (is_self()) return remote_fd;
+  if (pidfd_ < 0) pidfd_ = static_cast<int>(syscall(SYS_pidfd_open, owner_.pid, 0));
+  if (pidfd_ < 0) return -1;
+  int fd = static_cast<int>(syscall(SYS_pidfd_getfd, pidfd_, remote_fd, 0));
+  if (fd < 0) {
+    SOFTRDMA_DEBUG_LOG("pidfd_getfd(%d, %d): %s", owner_.pid, remote_fd, strerror(errno));
+    return -1;
+  }
+  imported_.emplace(remote_fd, fd);
+  return fd;
+}
+
+std::shared_ptr<PeerArena> map_peer_arena(const ProcessId& owner, int arena_fd) {
+  static std::mutex mutex;
+  static std::unordered_map<uint64_t, std::shared_ptr<PeerArena>> peers;
+  static pid_t peers_pid = 0;
+  std::lock_guard lock(mutex);
+  if (peers_pid != getpid()) {  // mappings made by a parent are not ours to reuse
+    peers.clear();
+    peers_pid = getpid();
+  }
+  const uint64_t key = (static_cast<uint64_t>(owner.pid) << 40) ^ owner.start_time;
+  if (auto it = peers.find(key); it != peers.end()) {
+    if (it->second->owner() == owner) return it->second;
+    peers.erase(it);
+  }
+  std::shared_ptr<PeerArena> peer;
+  if (owner == self_process()) {
+    peer = std::make_shared<PeerArena>(owner, Arena::self().base(), false);
+  } else {
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/%d/fd/%d", owner.pid, arena_fd);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) return nullptr;
+    void* p = mmap(nullptr, Arena::kSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) return nullptr;
+    auto* h = static_cast<ArenaHeader*>(p);
+    if (h->magic != kArenaMagic || h->pid != owner.pid || h->start_time != owner.start_time) {
+      munmap(p, Arena::kSize);
+      return nullptr;
+    }
+    peer = std::make_shared<PeerArena>(owner, static_cast<char*>(p), true);
+  }
+  peers.emplace(key, peer);
+  return peer;
+}
+
+}  // namespace softrdma

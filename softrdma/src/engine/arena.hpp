@@ -1,0 +1,88 @@
+// Per-process shared memory: the queues and rings that peers write into live here.
+//
+// Each process that uses softrdma has one arena, a memfd that peers map through
+// /proc/<pid>/fd/<fd>. It disappears with the process, so nothing leaks when a process
+// dies. Objects are referred to across processes by their offset in the arena.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "common/process_identity.hpp"
+
+namespace softrdma {
+
+struct ArenaHeader {
+  uint64_t magic;
+  int32_t pid;
+  uint32_t pad;
+  uint64_t start_time;
+};
+
+class Arena {
+ public:
+  // Virtual size; tmpfs backs only the pages touched. CQ rings reserve their largest size so
+  // that ibv_resize_cq never moves them.
+  static constexpr size_t kSize = size_t{64} << 30;
+  static constexpr size_t kAlign = 64;
+
+  /// This process's arena, created on first use (and anew in a forked child).
+  static Arena& self();
+
+  /// Allocates `bytes` of zeroed shared memory; returns its offset, or 0 when full.
+  uint64_t allocate(size_t bytes);
+  void free(uint64_t offset);
+
+  char* base() const { return base_; }
+  int fd() const { return fd_; }
+  template <typename T>
+  T* at(uint64_t offset) const {
+    return reinterpret_cast<T*>(base_ + offset);
+  }
+  uint64_t offset_of(const void* p) const {
+    return static_cast<uint64_t>(static_cast<const char*>(p) - base_);
+  }
+
+ private:
+  Arena();
+  void zero_range(uint64_t offset, size_t bytes);
+  int fd_ = -1;
+  char* base_ = nullptr;
+  std::mutex mutex_;
+  std::map<uint64_t, size_t> free_;  // offset -> bytes, coalesced
+  std::map<uint64_t, size_t> used_;
+};
+
+/// Another process's arena, mapped into this one, plus fds imported from that process.
+class PeerArena {
+ public:
+  PeerArena(ProcessId owner, char* base, bool owned_mapping);
+  ~PeerArena();
+  PeerArena(const PeerArena&) = delete;
+  PeerArena& operator=(const PeerArena&) = delete;
+
+  const ProcessId& owner() const { return owner_; }
+  bool is_self() const { return !owned_mapping_; }
+  template <typename T>
+  T* at(uint64_t offset) const {
+    return reinterpret_cast<T*>(base_ + offset);
+  }
+  /// A local duplicate of the owner's fd `remote_fd` (e.g. an eventfd to signal), or -1.
+  int import_fd(int remote_fd);
+
+ private:
+  ProcessId owner_;
+  char* base_;
+  bool owned_mapping_;
+  int pidfd_ = -1;
+  std::mutex mutex_;
+  std::map<int, int> imported_;  // owner's fd -> our duplicate
+};
+
+/// Maps the arena of the process that owns a registry entry; nullptr if it is gone.
+std::shared_ptr<PeerArena> map_peer_arena(const ProcessId& owner, int arena_fd);
+
+}  // namespace softrdma

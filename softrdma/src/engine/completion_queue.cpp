@@ -1,0 +1,65 @@
+#include "engine/completion_queue.hpp"
+
+#include <unistd.h>
+
+namespace softrdma {
+
+size_t cq_shared_bytes(uint32_t capacity) {
+  return sizeof(CqShared) + sizeof(CqEntry) * capacity;
+}
+
+void signal_eventfd(PeerArena& owner, int owner_fd) {
+  if (owner_fd < 0) return;
+  int fd = owner.import_fd(owner_fd);
+  if (fd < 0) return;
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = write(fd, &one, sizeof one);
+}
+
+void async_push(PeerArena& owner, uint64_t context_offset, ibv_event_type type, uint64_t handle) {
+  auto* ctx = owner.at<ContextShared>(context_offset);
+  {
+    ProcessLockGuard guard(ctx->lock);
+    if (ctx->tail - ctx->head >= ContextShared::kAsyncCapacity) return;  // full: drop
+    ctx->ring[ctx->tail % ContextShared::kAsyncCapacity] =
+        AsyncEntry{static_cast<uint32_t>(type), 0, handle};
+    ++ctx->tail;
+  }
+  signal_eventfd(owner, ctx->async_eventfd);
+}
+
+bool cq_push(PeerArena& owner, CqShared* cq, const CqEntry& entry, bool solicited) {
+  {
+    ProcessLockGuard guard(cq->producer_lock);
+    const uint64_t tail = cq->tail.load(std::memory_order_relaxed);
+    if (tail - cq->head.load(std::memory_order_acquire) >= cq->capacity) {
+      if (cq->overrun.exchange(1) == 0)
+        async_push(owner, cq->context_offset, IBV_EVENT_CQ_ERR, cq->owner_handle);
+      return false;
+    }
+    cq->entries[tail & (cq->capacity - 1)] = entry;
+    cq->tail.store(tail + 1, std::memory_order_release);
+  }
+  const uint32_t armed = cq->armed.load(std::memory_order_acquire);
+  const bool wake = armed == kCqArmedAll ||
+                    (armed == kCqArmedSolicited && (solicited || entry.status != IBV_WC_SUCCESS));
+  if (wake && cq->armed.exchange(kCqDisarmed) != kCqDisarmed) {
+    cq->events_pending.fetch_add(1, std::memory_order_release);
+    signal_eventfd(owner, cq->channel_eventfd);
+  }
+  return true;
+}
+
+int cq_take(CqShared* cq, CqEntry* out, int max) {
+  int n = 0;
+  while (n < max) {
+    uint64_t head = cq->head.load(std::memory_order_relaxed);
+    if (head == cq->tail.load(std::memory_order_acquire)) break;
+    out[n] = cq->entries[head & (cq->capacity - 1)];
+    // Several owner threads may poll one CQ: the CAS decides who consumed the entry.
+    if (cq->head.compare_exchange_weak(head, head + 1, std::memory_order_acq_rel)) ++n;
+  }
+  return n;
+}
+
+}  // namespace softrdma

@@ -1,0 +1,120 @@
+#include "engine/memory_access.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <limits.h>
+
+namespace softrdma {
+
+bool PinnedRanges::add(uint32_t key, uint64_t addr, uint64_t length, const ProcessId& owner,
+                       uint32_t pd_id, uint32_t access) {
+  if (count_ >= kMaxSge) return false;
+  MrSlot* s = Registry::instance().mr_slot(key);
+  if (!s || s->key.load(std::memory_order_acquire) != key) return false;
+  if (s->pid != owner.pid || s->start_time != owner.start_time || s->pd_id != pd_id) return false;
+  if ((s->access & access) != access) return false;
+  if (addr < s->iova || length > s->length || addr - s->iova > s->length - length) return false;
+  s->users.fetch_add(1, std::memory_order_seq_cst);
+  // Re-check after pinning: ibv_dereg_mr clears the key, then waits for users to drain.
+  if (s->key.load(std::memory_order_seq_cst) != key) {
+    s->users.fetch_sub(1, std::memory_order_release);
+    return false;
+  }
+  slots_[count_] = s;
+  iov_[count_] = iovec{reinterpret_cast<void*>(s->host_addr + (addr - s->iova)), length};
+  ++count_;
+  total_ += length;
+  return true;
+}
+
+void PinnedRanges::release() {
+  for (int i = 0; i < count_; ++i) slots_[i]->users.fetch_sub(1, std::memory_order_release);
+  count_ = 0;
+  total_ = 0;
+}
+
+bool pin_sge_list(PinnedRanges& out, const ibv_sge* sge, int num_sge, const ProcessId& owner,
+                  uint32_t pd_id, uint32_t access) {
+  for (int i = 0; i < num_sge; ++i) {
+    if (sge[i].length == 0) continue;
+    if (!out.add(sge[i].lkey, sge[i].addr, sge[i].length, owner, pd_id, access)) return false;
+  }
+  return true;
+}
+
+namespace {
+
+void copy_local(const iovec* dst, int ndst, const iovec* src, int nsrc) {
+  int di = 0, si = 0;
+  size_t doff = 0, soff = 0;
+  while (di < ndst && si < nsrc) {
+    const size_t n = std::min(dst[di].iov_len - doff, src[si].iov_len - soff);
+    std::memcpy(static_cast<char*>(dst[di].iov_base) + doff,
+                static_cast<const char*>(src[si].iov_base) + soff, n);
+    doff += n;
+    soff += n;
+    if (doff == dst[di].iov_len) ++di, doff = 0;
+    if (soff == src[si].iov_len) ++si, soff = 0;
+  }
+}
+
+using VmCall = ssize_t (*)(pid_t, const iovec*, unsigned long, const iovec*, unsigned long,
+                           unsigned long);
+
+// process_vm_* may stop early; resume from where it stopped until everything moved.
+int vm_copy(VmCall call, pid_t pid, const iovec* local, int nlocal, const iovec* remote,
+            int nremote) {
+  size_t want = 0;
+  for (int i = 0; i < nlocal; ++i) want += local[i].iov_len;
+  iovec l[kMaxSge + 1], r[kMaxSge + 1];
+  std::copy(local, local + nlocal, l);
+  std::copy(remote, remote + nremote, r);
+  int li = 0, ri = 0;
+  while (want > 0) {
+    ssize_t n = call(pid, l + li, static_cast<unsigned long>(nlocal - li), r + ri,
+                     static_cast<unsigned long>(nremote - ri), 0);
+    if (n < 0) return errno;
+    if (n == 0) return EFAULT;
+    want -= static_cast<size_t>(n);
+    for (size_t left = static_cast<size_t>(n); left > 0;) {
+      size_t step = std::min(left, l[li].iov_len);
+      l[li].iov_base = static_cast<char*>(l[li].iov_base) + step;
+      l[li].iov_len -= step;
+      left -= step;
+      if (l[li].iov_len == 0) ++li;
+    }
+    for (size_t left = static_cast<size_t>(n); left > 0;) {
+      size_t step = std::min(left, r[ri].iov_len);
+      r[ri].iov_base = static_cast<char*>(r[ri].iov_base) + step;
+      r[ri].iov_len -= step;
+      left -= step;
+      if (r[ri].iov_len == 0) ++ri;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int copy_to_process(const ProcessId& target, const iovec* local, int nlocal, const iovec* remote,
+                    int nremote) {
+  if (nlocal == 0 || nremote == 0) return 0;
+  if (target == self_process()) {
+    copy_local(remote, nremote, local, nlocal);
+    return 0;
+  }
+  return vm_copy(process_vm_writev, target.pid, local, nlocal, remote, nremote);
+}
+
+int copy_from_process(const ProcessId& target, const iovec* local, int nlocal,
+                      const iovec* remote, int nremote) {
+  if (nlocal == 0 || nremote == 0) return 0;
+  if (target == self_process()) {
+    copy_local(local, nlocal, remote, nremote);
+    return 0;
+  }
+  return vm_copy(process_vm_readv, target.pid, local, nlocal, remote, nremote);
+}
+
+}  // namespace softrdma

@@ -1,0 +1,55 @@
+// Access to registered memory: key, bounds, PD and access-right checks, pinning against a
+// concurrent ibv_dereg_mr, and the copies into and out of another process.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <infiniband/verbs.h>
+#include <sys/uio.h>
+
+#include "common/process_identity.hpp"
+#include "engine/registry.hpp"
+
+namespace softrdma {
+
+/// Most SGEs a work request may carry (reported as max_sge).
+constexpr int kMaxSge = 32;
+
+/// Registered ranges, checked and pinned: ibv_dereg_mr waits until they are released.
+class PinnedRanges {
+ public:
+  PinnedRanges() = default;
+  ~PinnedRanges() { release(); }
+  PinnedRanges(const PinnedRanges&) = delete;
+  PinnedRanges& operator=(const PinnedRanges&) = delete;
+
+  /// Checks that [addr, addr+length) lies in the region `key` of `owner` and `pd_id` with
+  /// every bit of `access`, pins it and appends its host address. False if not allowed.
+  bool add(uint32_t key, uint64_t addr, uint64_t length, const ProcessId& owner, uint32_t pd_id,
+           uint32_t access);
+  void release();
+
+  const iovec* iov() const { return iov_; }
+  int count() const { return count_; }
+  size_t total() const { return total_; }
+
+ private:
+  MrSlot* slots_[kMaxSge] = {};
+  iovec iov_[kMaxSge] = {};
+  int count_ = 0;
+  size_t total_ = 0;
+};
+
+/// Pins a scatter/gather list owned by `owner`; zero-length entries are skipped.
+bool pin_sge_list(PinnedRanges& out, const ibv_sge* sge, int num_sge, const ProcessId& owner,
+                  uint32_t pd_id, uint32_t access);
+
+/// Copies `local` (this process) into `remote` (memory of `target`). 0 or an errno
+/// (ESRCH: target gone; EFAULT: bad address).
+int copy_to_process(const ProcessId& target, const iovec* local, int nlocal, const iovec* remote,
+                    int nremote);
+/// Copies `remote` (memory of `target`) into `local`.
+int copy_from_process(const ProcessId& target, const iovec* local, int nlocal,
+                      const iovec* remote, int nremote);
+
+}  // namespace softrdma

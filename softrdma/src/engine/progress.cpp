@@ -1,0 +1,110 @@
+#include "engine/progress.hpp"
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <optional>
+#include <set>
+#include <mutex>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+#include "engine/requester.hpp"
+
+namespace softrdma {
+namespace {
+
+struct ProgressState {
+  std::mutex mutex;
+  std::condition_variable wake;     // the helper thread sleeps here
+  std::condition_variable settled;  // progress_forget waits here
+  std::map<Qp*, Clock::time_point> due;
+  std::multiset<Qp*> running;  // QPs being progressed right now (poll_cq or the helper)
+  pid_t thread_pid = 0;  // the helper is re-created in a forked child
+};
+
+ProgressState& state() {
+  static auto* s = new ProgressState();
+  return *s;
+}
+
+std::atomic<uint32_t> g_pending{0};
+
+void run_one(ProgressState& s, std::unique_lock<std::mutex>& lock, Qp* qp) {
+  s.due.erase(qp);
+  g_pending.store(static_cast<uint32_t>(s.due.size()), std::memory_order_relaxed);
+  auto mine = s.running.insert(qp);
+  lock.unlock();
+  std::optional<Clock::time_point> next = requester_progress(*qp);
+  lock.lock();
+  s.running.erase(mine);
+  s.settled.notify_all();
+  if (next) {
+    auto [it, fresh] = s.due.emplace(qp, *next);
+    if (!fresh && *next < it->second) it->second = *next;
+    g_pending.store(static_cast<uint32_t>(s.due.size()), std::memory_order_relaxed);
+  }
+}
+
+// Runs due entries; returns the earliest time still pending.
+Clock::time_point run_due(ProgressState& s, std::unique_lock<std::mutex>& lock) {
+  for (;;) {
+    const auto now = Clock::now();
+    Qp* pick = nullptr;
+    Clock::time_point earliest = Clock::time_point::max();
+    for (auto& [qp, when] : s.due) {
+      if (when <= now) {
+        pick = qp;
+        break;
+      }
+      earliest = std::min(earliest, when);
+    }
+    if (!pick) return earliest;
+    run_one(s, lock, pick);
+  }
+}
+
+void helper_thread() {
+  ProgressState& s = state();
+  std::unique_lock lock(s.mutex);
+  for (;;) {
+    const auto earliest = run_due(s, lock);
+    if (earliest == Clock::time_point::max())
+      s.wake.wait(lock);
+    else
+      s.wake.wait_until(lock, earliest);
+  }
+}
+
+}  // namespace
+
+void progress_schedule(Qp* qp, Clock::time_point when) {
+  ProgressState& s = state();
+  std::lock_guard lock(s.mutex);
+  auto [it, fresh] = s.due.emplace(qp, when);
+  if (!fresh && when < it->second) it->second = when;
+  g_pending.store(static_cast<uint32_t>(s.due.size()), std::memory_order_relaxed);
+  if (s.thread_pid != getpid()) {
+    s.thread_pid = getpid();
+    std::thread(helper_thread).detach();
+  }
+  s.wake.notify_one();
+}
+
+void progress_forget(Qp* qp) {
+  ProgressState& s = state();
+  std::unique_lock lock(s.mutex);
+  s.due.erase(qp);
+  g_pending.store(static_cast<uint32_t>(s.due.size()), std::memory_order_relaxed);
+  s.settled.wait(lock, [&] { return s.running.count(qp) == 0; });
+}
+
+void run_due_progress() {
+  if (g_pending.load(std::memory_order_relaxed) == 0) return;
+  ProgressState& s = state();
+  std::unique_lock lock(s.mutex, std::try_to_lock);
+  if (lock.owns_lock()) run_due(s, lock);
+}
+
+}  // namespace softrdma

@@ -1,0 +1,41 @@
+#include "engine/recv_queue.hpp"
+
+#include <cerrno>
+#include <cstring>
+
+namespace softrdma {
+namespace {
+uint32_t stride_for(uint32_t max_sge) {
+  uint32_t bytes = static_cast<uint32_t>(sizeof(RecvWqe) + sizeof(ibv_sge) * max_sge);
+  return (bytes + 15) & ~15u;
+}
+}  // namespace
+
+size_t recv_queue_bytes(uint32_t capacity, uint32_t max_sge) {
+  return sizeof(RecvQueueShared) + size_t{stride_for(max_sge)} * capacity;
+}
+
+void recv_queue_init(RecvQueueShared* rq, uint32_t capacity, uint32_t max_sge) {
+  rq->capacity = capacity;
+  rq->max_sge = max_sge;
+  rq->stride = stride_for(max_sge);
+}
+
+int recv_queue_post(RecvQueueShared* rq, const ibv_recv_wr& wr) {
+  if (wr.num_sge < 0 || static_cast<uint32_t>(wr.num_sge) > rq->max_sge) return EINVAL;
+  ProcessLockGuard guard(rq->lock);
+  if (rq->tail - rq->head >= rq->capacity) return ENOMEM;
+  RecvWqe* w = rq->wqe(rq->tail);
+  w->wr_id = wr.wr_id;
+  w->num_sge = static_cast<uint32_t>(wr.num_sge);
+  if (wr.num_sge) std::memcpy(w->sge, wr.sg_list, sizeof(ibv_sge) * wr.num_sge);
+  ++rq->tail;
+  return 0;
+}
+
+uint32_t recv_queue_depth(RecvQueueShared* rq) {
+  ProcessLockGuard guard(rq->lock);
+  return static_cast<uint32_t>(rq->tail - rq->head);
+}
+
+}  // namespace softrdma

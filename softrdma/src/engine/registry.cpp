@@ -1,0 +1,197 @@
+#include "engine/registry.hpp"
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fcntl.h>
+#include <random>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <system_error>
+#include <thread>
+#include <unistd.h>
+
+namespace softrdma {
+
+struct Registry::Header {
+  std::atomic<uint64_t> magic;
+  uint32_t layout_version;
+  uint32_t pad;
+  std::atomic<uint32_t> next_qp;
+  std::atomic<uint32_t> next_mr;
+};
+
+namespace {
+
+constexpr uint64_t kMagic = 0x31764d4452544653ull;  // "SFTRDMv1"
+constexpr uint32_t kLayoutVersion = 1;
+constexpr size_t kHeaderBytes = 4096;
+constexpr size_t kQpBytes = sizeof(QpSlot) * Registry::kQpCapacity;
+constexpr size_t kMrBytes = sizeof(MrSlot) * Registry::kMrCapacity;
+constexpr size_t kLockBytes = sizeof(ProcessLock) * Registry::kAtomicStripes;
+constexpr size_t kFileBytes = kHeaderBytes + kQpBytes + kMrBytes + kLockBytes;
+
+std::string registry_path() {
+  if (const char* p = std::getenv("SOFTRDMA_REGISTRY")) return p;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "/dev/shm/softrdma-v%u-%u", kLayoutVersion, getuid());
+  return buf;
+}
+
+uint32_t random_tag() {
+  static thread_local std::minstd_rand rng{std::random_device{}()};
+  uint32_t tag;
+  do tag = static_cast<uint32_t>(rng()) & 0xffffu;
+  while (tag == 0);
+  return tag;
+}
+
+bool owner_dead(pid_t pid, uint64_t start_time) {
+  return !process_alive(ProcessId{pid, start_time});
+}
+
+// Claims a free slot, or one whose owner died, starting the scan at `hint`.
+template <typename Slot>
+Slot* claim_slot(Slot* slots, uint32_t capacity, std::atomic<uint32_t>& hint, uint32_t& index) {
+  for (int pass = 0; pass < 2; ++pass) {
+    const uint32_t start = hint.load(std::memory_order_relaxed);
+    for (uint32_t i = 0; i < capacity; ++i) {
+      const uint32_t idx = (start + i) % capacity;
+      Slot& s = slots[idx];
+      uint32_t st = s.state.load(std::memory_order_acquire);
+      bool take = false;
+      if (st == static_cast<uint32_t>(SlotState::kFree)) {
+        take = s.state.compare_exchange_strong(st, static_cast<uint32_t>(SlotState::kClaimed));
+      } else if (pass == 1 && st == static_cast<uint32_t>(SlotState::kLive) &&
+                 owner_dead(s.pid, s.start_time)) {
+        take = s.state.compare_exchange_strong(st, static_cast<uint32_t>(SlotState::kClaimed));
+      }
+      if (take) {
+        hint.store(idx + 1, std::memory_order_relaxed);
+        index = idx;
+        return &s;
+      }
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+Registry& Registry::instance() {
+  static Registry* registry = [] {
+    const std::string path = registry_path();
+    int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) throw std::system_error(errno, std::generic_category(), "open " + path);
+    struct stat st {};
+    if (fstat(fd, &st) != 0 ||
+        (static_cast<size_t>(st.st_size) < kFileBytes &&
+         ftruncate(fd, static_cast<off_t>(kFileBytes)) != 0)) {
+      int err = errno;
+      close(fd);
+      throw std::system_error(err, std::generic_category(), "size " + path);
+    }
+    void* base = mmap(nullptr, kFileBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (base == MAP_FAILED) throw std::system_error(errno, std::generic_category(), "mmap");
+    return new Registry(base);
+  }();
+  return *registry;
+}
+
+Registry::Registry(void* base)
+    : header_(static_cast<Header*>(base)),
+      qps_(reinterpret_cast<QpSlot*>(static_cast<char*>(base) + kHeaderBytes)),
+      mrs_(reinterpret_cast<MrSlot*>(static_cast<char*>(base) + kHeaderBytes + kQpBytes)),
+      atomic_locks_(reinterpret_cast<ProcessLock*>(static_cast<char*>(base) + kHeaderBytes +
+                                                   kQpBytes + kMrBytes)) {
+  // A zero-filled file is a valid empty registry; the magic only marks the layout.
+  uint64_t expected = 0;
+  header_->magic.compare_exchange_strong(expected, kMagic);
+  if (header_->magic.load() != kMagic)
+    throw std::system_error(EPROTO, std::generic_category(), "registry layout mismatch");
+  header_->layout_version = kLayoutVersion;
+}
+
+uint32_t Registry::claim_qpn(uint64_t qp_offset, int arena_fd) {
+  uint32_t index = 0;
+  QpSlot* s = claim_slot(qps_, kQpCapacity, header_->next_qp, index);
+  if (!s) return 0;
+  const ProcessId& me = self_process();
+  s->pid = me.pid;
+  s->start_time = me.start_time;
+  s->netns = self_netns();
+  s->qp_offset = qp_offset;
+  s->arena_fd = arena_fd;
+  s->users.store(0, std::memory_order_relaxed);
+  s->generation.fetch_add(1, std::memory_order_relaxed);
+  s->state.store(static_cast<uint32_t>(SlotState::kLive), std::memory_order_release);
+  return kFirstQpn + index;
+}
+
+QpSlot* Registry::qp_slot(uint32_t qpn) {
+  if (qpn < kFirstQpn || qpn >= kFirstQpn + kQpCapacity) return nullptr;
+  return &qps_[qpn - kFirstQpn];
+}
+
+namespace {
+// Waits (bounded) until no peer is inside an entry being retired. A peer that died inside
+// cannot touch memory any more, so the bound only matters for a dead accessor.
+void wait_for_users(std::atomic<uint32_t>& users) {
+  using namespace std::chrono;
+  const auto deadline = steady_clock::now() + seconds(2);
+  for (int i = 0; users.load(std::memory_order_acquire) != 0; ++i) {
+    if (steady_clock::now() > deadline) break;
+    if (i > 100) std::this_thread::sleep_for(microseconds(50));
+  }
+}
+}  // namespace
+
+void Registry::release_qpn(uint32_t qpn) {
+  QpSlot* s = qp_slot(qpn);
+  if (!s) return;
+  s->state.store(static_cast<uint32_t>(SlotState::kClaimed), std::memory_order_seq_cst);
+  wait_for_users(s->users);
+  s->state.store(static_cast<uint32_t>(SlotState::kFree), std::memory_order_release);
+}
+
+uint32_t Registry::claim_mr(uint32_t pd_id, uint32_t access, uint64_t iova, uint64_t length,
+                            uint64_t host_addr) {
+  uint32_t index = 0;
+  MrSlot* s = claim_slot(mrs_, kMrCapacity, header_->next_mr, index);
+  if (!s) return 0;
+  const ProcessId& me = self_process();
+  s->pid = me.pid;
+  s->start_time = me.start_time;
+  s->pd_id = pd_id;
+  s->access = access;
+  s->iova = iova;
+  s->length = length;
+  s->host_addr = host_addr;
+  s->users.store(0, std::memory_order_relaxed);
+  const uint32_t key = (random_tag() << kMrIndexBits) | index;
+  s->key.store(key, std::memory_order_relaxed);
+  s->state.store(static_cast<uint32_t>(SlotState::kLive), std::memory_order_release);
+  return key;
+}
+
+void Registry::release_mr(uint32_t key) {
+  MrSlot* s = mr_slot(key);
+  if (!s || s->key.load() != key) return;
+  s->key.store(0, std::memory_order_seq_cst);
+  wait_for_users(s->users);
+  s->state.store(static_cast<uint32_t>(SlotState::kFree), std::memory_order_release);
+}
+
+MrSlot* Registry::mr_slot(uint32_t key) {
+  if (key == 0) return nullptr;
+  return &mrs_[key & (kMrCapacity - 1)];
+}
+
+ProcessLock& Registry::atomic_lock(pid_t pid, uint64_t host_addr) {
+  uint64_t h = (host_addr >> 3) * 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(pid);
+  return atomic_locks_[(h >> 20) % kAtomicStripes];
+}
+
+}  // namespace softrdma

@@ -1,0 +1,90 @@
+// The host registry: one shared file per user that every softrdma process maps.
+//
+// It gives QP numbers that are unique on the host and finds the process that owns a QP or
+// a memory region, with no daemon. Entries carry the owner's identity (pid + start time),
+// so entries of processes that died are recognised and reused.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "common/process_identity.hpp"
+#include "common/process_lock.hpp"
+
+namespace softrdma {
+
+enum class SlotState : uint32_t { kFree = 0, kClaimed = 1, kLive = 2 };
+
+/// Where a QP lives: the owner process and the QP's shared block in the owner's arena.
+struct alignas(64) QpSlot {  // one cache line: peers bump `users` on every request
+  std::atomic<uint32_t> state;
+  std::atomic<uint32_t> generation;
+  std::atomic<uint32_t> users;  // peers currently delivering into this QP
+  int32_t pid;
+  uint64_t start_time;
+  uint64_t netns;
+  uint64_t qp_offset;  // QpShared inside the owner's arena
+  int32_t arena_fd;    // the owner's arena memfd, as numbered in the owner
+  uint32_t pad;
+  uint64_t reserved;
+};
+static_assert(sizeof(QpSlot) == 64);
+
+/// A registered memory region, looked up by its key (lkey == rkey).
+struct MrSlot {
+  std::atomic<uint32_t> state;
+  std::atomic<uint32_t> key;    // 0 while not live
+  std::atomic<uint32_t> users;  // accessors copying into or out of the region right now
+  int32_t pid;
+  uint32_t access;  // ibv_access_flags
+  uint32_t pd_id;
+  uint64_t start_time;
+  uint64_t iova;
+  uint64_t length;
+  uint64_t host_addr;  // address of iova in the owner's address space
+};
+static_assert(sizeof(MrSlot) == 56);
+
+class Registry {
+ public:
+  static constexpr uint32_t kQpCapacity = 16384;
+  static constexpr uint32_t kMrCapacity = 65536;
+  static constexpr uint32_t kFirstQpn = 0x100;
+  static constexpr uint32_t kAtomicStripes = 4096;
+  // Key = slot index in the low 16 bits, a random tag above it, so keys are not guessable.
+  static constexpr uint32_t kMrIndexBits = 16;
+  static_assert((1u << kMrIndexBits) == kMrCapacity);
+  static_assert(kFirstQpn + kQpCapacity < (1u << 24), "QP numbers are 24 bits");
+
+  /// Maps (creating if needed) the registry of this user. Throws std::system_error.
+  static Registry& instance();
+
+  /// Claims a QP number for a QP whose shared block is at `qp_offset` in this process's arena.
+  /// Returns 0 when the table is full.
+  uint32_t claim_qpn(uint64_t qp_offset, int arena_fd);
+  void release_qpn(uint32_t qpn);
+  /// The slot of `qpn`, or nullptr when out of range.
+  QpSlot* qp_slot(uint32_t qpn);
+
+  /// Registers a memory region; returns its key, or 0 when the table is full.
+  uint32_t claim_mr(uint32_t pd_id, uint32_t access, uint64_t iova, uint64_t length,
+                    uint64_t host_addr);
+  /// Unpublishes `key` and waits until no peer is inside the region any more.
+  void release_mr(uint32_t key);
+  /// The slot of `key`, or nullptr when the key is malformed. The caller checks liveness.
+  MrSlot* mr_slot(uint32_t key);
+
+  /// Host-wide lock serialising atomics on one 8-byte word of one process.
+  ProcessLock& atomic_lock(pid_t pid, uint64_t host_addr);
+
+ private:
+  struct Header;
+  explicit Registry(void* base);
+  Header* header_;
+  QpSlot* qps_;
+  MrSlot* mrs_;
+  ProcessLock* atomic_locks_;
+};
+
+}  // namespace softrdma

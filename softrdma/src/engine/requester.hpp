@@ -1,0 +1,22 @@
+// The requester half of the transport: the send queue of a QP, executed in order.
+#pragma once
+
+#include <chrono>
+#include <infiniband/verbs.h>
+#include <optional>
+
+#include "verbs/objects.hpp"
+
+namespace softrdma {
+
+/// Posts one work request (the caller holds qp.sq_mutex). Returns 0 or the errno that
+/// ibv_post_send reports for it.
+int requester_post(Qp& qp, const ibv_send_wr& wr);
+
+/// Retries the QP's blocked work; returns when to try again, if anything is still blocked.
+std::optional<std::chrono::steady_clock::time_point> requester_progress(Qp& qp);
+
+/// Completes every blocked work request with IBV_WC_WR_FLUSH_ERR (QP in ERROR).
+void requester_flush(Qp& qp);
+
+}  // namespace softrdma

@@ -1,0 +1,296 @@
+#include "engine/responder.hpp"
+
+#include <arpa/inet.h>
+#include <cstring>
+
+#include "engine/completion_queue.hpp"
+#include "engine/memory_access.hpp"
+
+namespace softrdma {
+namespace {
+
+using Kind = ResponderReply::Kind;
+
+ResponderReply done(ibv_wc_status s) { return {Kind::kDone, s, 0}; }
+ResponderReply no_answer() { return {Kind::kNoAnswer, IBV_WC_SUCCESS, 0}; }
+
+bool receiving(uint32_t state) {
+  return state == IBV_QPS_RTR || state == IBV_QPS_RTS || state == IBV_QPS_SQD ||
+         state == IBV_QPS_SQE;
+}
+
+// Keeps the target QP from being destroyed while a request runs against it.
+class TargetHold {
+ public:
+  explicit TargetHold(TargetQp& t) : slot_(t.slot) {
+    slot_->users.fetch_add(1, std::memory_order_seq_cst);
+    ok_ = t.current();
+  }
+  ~TargetHold() { slot_->users.fetch_sub(1, std::memory_order_release); }
+  TargetHold(const TargetHold&) = delete;
+  TargetHold& operator=(const TargetHold&) = delete;
+  bool ok() const { return ok_; }
+
+ private:
+  QpSlot* slot_;
+  bool ok_;
+};
+
+// The 40 bytes at the head of every UD receive buffer: for RoCE v2 over IPv4, 20 unused
+// bytes then the IPv4 header; for IPv6 GIDs, an IPv6 header carrying the GIDs.
+void build_grh(const InboundRequest& r, uint8_t grh[40]) {
+  std::memset(grh, 0, 40);
+  const bool v4 = r.src_gid[10] == 0xff && r.src_gid[11] == 0xff &&
+                  std::memcmp(r.src_gid, "\0\0\0\0\0\0\0\0\0\0", 10) == 0;
+  if (v4) {
+    uint8_t* ip = grh + 20;
+    ip[0] = 0x45;
+    const uint16_t total = htons(static_cast<uint16_t>(20 + 8 + 12 + r.length + 4));
+    std::memcpy(ip + 2, &total, 2);
+    ip[8] = 64;  // TTL
+    ip[9] = 17;  // UDP
+    std::memcpy(ip + 12, r.src_gid + 12, 4);
+    std::memcpy(ip + 16, r.dst_gid + 12, 4);
+  } else {
+    grh[0] = 0x60;
+    const uint16_t payload = htons(static_cast<uint16_t>(r.length + 8 + 12 + 4));
+    std::memcpy(grh + 4, &payload, 2);
+    grh[6] = 17;
+    grh[7] = 64;
+    std::memcpy(grh + 8, r.src_gid, 16);
+    std::memcpy(grh + 24, r.dst_gid, 16);
+  }
+}
+
+void push_recv_completion(TargetQp& t, const CqEntry& e, bool solicited) {
+  cq_push(*t.arena, t.arena->at<CqShared>(t.qp->recv_cq_offset), e, solicited);
+}
+
+// Fails the responder QP after a responder-side error, as a NIC does.
+ResponderReply responder_error(TargetQp& t, ibv_wc_status requester_status, int event) {
+  qp_enter_error(*t.arena, t.qp, event);
+  return done(requester_status);
+}
+
+ResponderReply check_remote_access(TargetQp& t, const InboundRequest& r, uint32_t access,
+                                   PinnedRanges& pinned) {
+  if (!(t.qp->access_flags.load(std::memory_order_relaxed) & access) ||
+      !pinned.add(r.rkey, r.remote_addr, r.length, t.owner(), t.qp->pd_id, access))
+    return responder_error(t, IBV_WC_REM_ACCESS_ERR, IBV_EVENT_QP_ACCESS_ERR);
+  return done(IBV_WC_SUCCESS);
+}
+
+// SEND, SEND_WITH_IMM and WRITE_WITH_IMM take the oldest posted receive.
+ResponderReply deliver_to_receive(TargetQp& t, const InboundRequest& r) {
+  const bool ud = r.qp_type == IBV_QPT_UD;
+  const bool write_imm = r.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+  auto* rq = t.arena->at<RecvQueueShared>(t.qp->recv_queue_offset);
+  PinnedRanges remote;
+  if (write_imm && r.length) {
+    ResponderReply a = check_remote_access(t, r, IBV_ACCESS_REMOTE_WRITE, remote);
+    if (a.status != IBV_WC_SUCCESS) return a;
+  }
+
+  uint64_t wr_id;
+  PinnedRanges dest;
+  bool dest_ok;
+  {
+    ProcessLockGuard guard(rq->lock);
+    if (rq->head == rq->tail) {
+      if (ud) return done(IBV_WC_SUCCESS);  // UD drops what nobody is ready to receive
+      return {Kind::kRnr, IBV_WC_SUCCESS, t.qp->min_rnr_timer};
+    }
+    RecvWqe* w = rq->wqe(rq->head);
+    wr_id = w->wr_id;
+    dest_ok = write_imm || pin_sge_list(dest, w->sge, static_cast<int>(w->num_sge), t.owner(),
+                                        rq->pd_id, IBV_ACCESS_LOCAL_WRITE);
+    ++rq->head;
+    if (rq->is_srq && rq->limit && rq->tail - rq->head < rq->limit) {
+      rq->limit = 0;
+      async_push(*t.arena, rq->context_offset, IBV_EVENT_SRQ_LIMIT_REACHED, rq->owner_handle);
+    }
+  }
+
+  CqEntry e{};
+  e.wr_id = wr_id;
+  e.qp_num = t.qpn;
+  e.src_qp = r.src_qpn;
+  if (!dest_ok) {
+    e.status = IBV_WC_LOC_PROT_ERR;
+    push_recv_completion(t, e, true);
+    if (ud) return done(IBV_WC_SUCCESS);
+    return responder_error(t, IBV_WC_REM_OP_ERR, IBV_EVENT_QP_FATAL);
+  }
+  const uint64_t grh_bytes = ud ? 40 : 0;
+  if (!write_imm && dest.total() < r.length + grh_bytes) {
+    e.status = IBV_WC_LOC_LEN_ERR;
+    push_recv_completion(t, e, true);
+    if (ud) return done(IBV_WC_SUCCESS);
+    return responder_error(t, IBV_WC_REM_INV_REQ_ERR, IBV_EVENT_QP_FATAL);
+  }
+
+  int err = 0;
+  if (write_imm) {
+    if (r.length) err = copy_to_process(t.owner(), r.local, r.local_count, remote.iov(), 1);
+  } else {
+    iovec src[kMaxSge + 1];
+    uint8_t grh[40];
+    int n = 0;
+    if (ud) {
+      build_grh(r, grh);
+      src[n++] = iovec{grh, sizeof grh};
+    }
+    for (int i = 0; i < r.local_count && n <= kMaxSge; ++i) src[n++] = r.local[i];
+    err = copy_to_process(t.owner(), src, n, dest.iov(), dest.count());
+  }
+  if (err == ESRCH) return no_answer();  // the target process is gone
+  if (err) {
+    e.status = IBV_WC_LOC_PROT_ERR;
+    push_recv_completion(t, e, true);
+    return responder_error(t, IBV_WC_REM_OP_ERR, IBV_EVENT_QP_FATAL);
+  }
+  e.status = IBV_WC_SUCCESS;
+  e.opcode = write_imm ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV;
+  e.byte_len = static_cast<uint32_t>(r.length + grh_bytes);
+  if (r.has_imm) {
+    e.imm_data = r.imm_data;
+    e.wc_flags |= IBV_WC_WITH_IMM;
+  }
+  if (ud) e.wc_flags |= IBV_WC_GRH;
+  push_recv_completion(t, e, r.solicited);
+  return done(IBV_WC_SUCCESS);
+}
+
+ResponderReply rdma_write(TargetQp& t, const InboundRequest& r) {
+  if (r.length == 0) return done(IBV_WC_SUCCESS);  // zero-length: no key is checked
+  PinnedRanges remote;
+  ResponderReply a = check_remote_access(t, r, IBV_ACCESS_REMOTE_WRITE, remote);
+  if (a.status != IBV_WC_SUCCESS) return a;
+  int err = copy_to_process(t.owner(), r.local, r.local_count, remote.iov(), 1);
+  if (err == ESRCH) return no_answer();
+  return err ? responder_error(t, IBV_WC_REM_ACCESS_ERR, IBV_EVENT_QP_ACCESS_ERR)
+             : done(IBV_WC_SUCCESS);
+}
+
+ResponderReply rdma_read(TargetQp& t, const InboundRequest& r) {
+  if (r.length == 0) return done(IBV_WC_SUCCESS);
+  PinnedRanges remote;
+  ResponderReply a = check_remote_access(t, r, IBV_ACCESS_REMOTE_READ, remote);
+  if (a.status != IBV_WC_SUCCESS) return a;
+  int err = copy_from_process(t.owner(), r.local, r.local_count, remote.iov(), 1);
+  if (err == ESRCH) return no_answer();
+  return err ? responder_error(t, IBV_WC_REM_ACCESS_ERR, IBV_EVENT_QP_ACCESS_ERR)
+             : done(IBV_WC_SUCCESS);
+}
+
+ResponderReply atomic(TargetQp& t, const InboundRequest& r) {
+  if (r.length != sizeof(uint64_t) || r.remote_addr % sizeof(uint64_t))
+    return responder_error(t, IBV_WC_REM_INV_REQ_ERR, IBV_EVENT_QP_REQ_ERR);
+  PinnedRanges remote;
+  ResponderReply a = check_remote_access(t, r, IBV_ACCESS_REMOTE_ATOMIC, remote);
+  if (a.status != IBV_WC_SUCCESS) return a;
+  const iovec word = remote.iov()[0];
+  uint64_t original = 0;
+  int err;
+  {
+    // IBV_ATOMIC_HCA: every atomic on this host to this word goes through this lock.
+    ProcessLockGuard guard(Registry::instance().atomic_lock(
+        t.owner().pid, reinterpret_cast<uint64_t>(word.iov_base)));
+    iovec mine{&original, sizeof original};
+    err = copy_from_process(t.owner(), &mine, 1, &word, 1);
+    if (!err) {
+      uint64_t updated = original;
+      if (r.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)
+        updated = original + r.compare_add;
+      else if (original == r.compare_add)
+        updated = r.swap;
+      iovec next{&updated, sizeof updated};
+      if (updated != original) err = copy_to_process(t.owner(), &next, 1, &word, 1);
+    }
+  }
+  if (err == ESRCH) return no_answer();
+  if (err) return responder_error(t, IBV_WC_REM_ACCESS_ERR, IBV_EVENT_QP_ACCESS_ERR);
+  // The original value goes back into the requester's buffer.
+  iovec result{&original, sizeof original};
+  copy_to_process(self_process(), &result, 1, r.local, r.local_count);
+  return done(IBV_WC_SUCCESS);
+}
+
+}  // namespace
+
+bool TargetQp::current() const {
+  return slot->state.load(std::memory_order_acquire) == static_cast<uint32_t>(SlotState::kLive) &&
+         slot->generation.load(std::memory_order_acquire) == generation;
+}
+
+bool resolve_local_qp(uint32_t qpn, TargetQp& out) {
+  QpSlot* slot = Registry::instance().qp_slot(qpn);
+  if (!slot || slot->state.load(std::memory_order_acquire) != static_cast<uint32_t>(SlotState::kLive))
+    return false;
+  if (slot->netns != self_netns()) return false;  // another "host" sharing this machine
+  const ProcessId owner{slot->pid, slot->start_time};
+  auto arena = map_peer_arena(owner, slot->arena_fd);
+  if (!arena) return false;
+  out.arena = std::move(arena);
+  out.slot = slot;
+  out.generation = slot->generation.load(std::memory_order_acquire);
+  out.qpn = qpn;
+  out.qp = out.arena->at<QpShared>(slot->qp_offset);
+  return out.current() && out.qp->qpn == qpn;
+}
+
+ResponderReply respond(TargetQp& t, const InboundRequest& r) {
+  TargetHold hold(t);
+  if (!hold.ok()) return no_answer();
+  QpShared* qp = t.qp;
+  const bool ud = r.qp_type == IBV_QPT_UD;
+  if (qp->qp_type != static_cast<uint32_t>(r.qp_type)) return no_answer();
+  if (!receiving(qp->state.load(std::memory_order_acquire)))
+    return ud ? done(IBV_WC_SUCCESS) : no_answer();
+  if (ud) {
+    if (r.qkey != qp->qkey) return done(IBV_WC_SUCCESS);  // silently dropped
+    return deliver_to_receive(t, r);
+  }
+  if (qp->dest_qpn != r.src_qpn) return no_answer();  // not the connected peer
+  switch (r.opcode) {
+    case IBV_WR_SEND:
+    case IBV_WR_SEND_WITH_IMM:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+      return deliver_to_receive(t, r);
+    case IBV_WR_RDMA_WRITE:
+      return rdma_write(t, r);
+    case IBV_WR_RDMA_READ:
+      return rdma_read(t, r);
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      return atomic(t, r);
+    default:
+      return responder_error(t, IBV_WC_REM_INV_REQ_ERR, IBV_EVENT_QP_REQ_ERR);
+  }
+}
+
+void flush_receive_queue(PeerArena& owner, QpShared* qp) {
+  if (qp->uses_srq) return;  // an SRQ outlives its QPs: nothing of it is flushed
+  auto* rq = owner.at<RecvQueueShared>(qp->recv_queue_offset);
+  auto* cq = owner.at<CqShared>(qp->recv_cq_offset);
+  ProcessLockGuard guard(rq->lock);
+  for (; rq->head != rq->tail; ++rq->head) {
+    CqEntry e{};
+    e.wr_id = rq->wqe(rq->head)->wr_id;
+    e.status = IBV_WC_WR_FLUSH_ERR;
+    e.qp_num = qp->qpn;
+    cq_push(owner, cq, e, true);
+  }
+}
+
+void qp_enter_error(PeerArena& owner, QpShared* qp, int event) {
+  uint32_t prev = qp->state.exchange(IBV_QPS_ERR, std::memory_order_acq_rel);
+  if (prev == IBV_QPS_ERR) return;
+  flush_receive_queue(owner, qp);
+  if (event) async_push(owner, qp->context_offset, static_cast<ibv_event_type>(event),
+                        qp->owner_handle);
+  if (qp->uses_srq)
+    async_push(owner, qp->context_offset, IBV_EVENT_QP_LAST_WQE_REACHED, qp->owner_handle);
+}
+
+}  // namespace softrdma

@@ -1,0 +1,76 @@
+// The responder half of the transport: carries out one incoming request against a QP of
+// this host. The requester's process runs it directly for a target on the same host (so a
+// target that never calls into the library is still served, as by a NIC); the TCP receive
+// path runs it for requests from other hosts.
+#pragma once
+
+#include <cstdint>
+#include <infiniband/verbs.h>
+#include <memory>
+#include <sys/uio.h>
+
+#include "common/process_identity.hpp"
+#include "engine/arena.hpp"
+#include "engine/registry.hpp"
+#include "engine/shared_layout.hpp"
+
+namespace softrdma {
+
+/// A QP of this host, resolved from its number.
+struct TargetQp {
+  std::shared_ptr<PeerArena> arena;
+  QpSlot* slot = nullptr;
+  uint32_t generation = 0;
+  uint32_t qpn = 0;
+  QpShared* qp = nullptr;
+
+  const ProcessId& owner() const { return arena->owner(); }
+  /// False once the QP was destroyed (or its owner reused the number).
+  bool current() const;
+};
+
+/// Finds QP `qpn` on this host (this network namespace). False if there is none.
+bool resolve_local_qp(uint32_t qpn, TargetQp& out);
+
+struct InboundRequest {
+  ibv_wr_opcode opcode = IBV_WR_SEND;
+  ibv_qp_type qp_type = IBV_QPT_RC;
+  uint32_t src_qpn = 0;
+  uint8_t src_gid[16] = {};
+  uint8_t dst_gid[16] = {};
+  bool solicited = false;
+  bool has_imm = false;
+  uint32_t imm_data = 0;  // network byte order
+  uint64_t remote_addr = 0;
+  uint32_t rkey = 0;
+  uint64_t compare_add = 0;
+  uint64_t swap = 0;
+  uint32_t qkey = 0;
+  // Payload to deliver (SEND, WRITE) or where to put the result (READ, atomics), in the
+  // process running the responder.
+  const iovec* local = nullptr;
+  int local_count = 0;
+  uint64_t length = 0;
+};
+
+struct ResponderReply {
+  enum class Kind {
+    kDone,      // answered: `status` is the requester's completion status
+    kRnr,       // receiver not ready: retry after `rnr_timer`
+    kNoAnswer,  // dropped (QP gone, wrong state or peer): the requester times out
+  };
+  Kind kind = Kind::kDone;
+  ibv_wc_status status = IBV_WC_SUCCESS;
+  uint8_t rnr_timer = 0;
+};
+
+ResponderReply respond(TargetQp& target, const InboundRequest& request);
+
+/// Moves a QP (of any process on this host) to ERROR: its posted receives complete with
+/// IBV_WC_WR_FLUSH_ERR, and `event` (if not 0) is raised in the owner's context.
+void qp_enter_error(PeerArena& owner, QpShared* qp, int event);
+
+/// Completes every receive waiting in a QP's own receive queue with IBV_WC_WR_FLUSH_ERR.
+void flush_receive_queue(PeerArena& owner, QpShared* qp);
+
+}  // namespace softrdma

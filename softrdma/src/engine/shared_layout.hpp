@@ -1,0 +1,113 @@
+// Layouts of the objects that live in a process's arena and that peers write into.
+// Offsets (not pointers) link them, as each process maps an arena at its own address.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <infiniband/verbs.h>
+
+#include "common/process_lock.hpp"
+
+namespace softrdma {
+
+/// One completion, as stored in a CQ ring.
+struct CqEntry {
+  uint64_t wr_id;
+  uint32_t status;
+  uint32_t opcode;
+  uint32_t vendor_err;
+  uint32_t byte_len;
+  uint32_t imm_data;  // network byte order, as in ibv_wc
+  uint32_t qp_num;
+  uint32_t src_qp;
+  uint32_t wc_flags;
+  uint16_t pkey_index;
+  uint16_t slid;
+  uint8_t sl;
+  uint8_t dlid_path_bits;
+  uint16_t pad;
+  uint64_t send_seq;  // send completions: retires the QP's send queue up to this WR
+};
+static_assert(sizeof(CqEntry) == 56, "CQ rings are sized in these entries");
+
+struct CqShared {
+  ProcessLock producer_lock;
+  uint32_t capacity;  // power of two
+  std::atomic<uint64_t> head;
+  std::atomic<uint64_t> tail;
+  std::atomic<uint32_t> armed;  // CqArm
+  std::atomic<uint32_t> overrun;
+  std::atomic<uint32_t> events_pending;  // notifications not yet taken by ibv_get_cq_event
+  int32_t channel_eventfd;               // -1 without a completion channel
+  uint64_t context_offset;               // ContextShared of the owner, for async events
+  uint64_t owner_handle;                 // the owner's struct ibv_cq*, for async events
+  CqEntry entries[];
+};
+
+enum CqArm : uint32_t { kCqDisarmed = 0, kCqArmedAll = 1, kCqArmedSolicited = 2 };
+
+struct RecvWqe {
+  uint64_t wr_id;
+  uint32_t num_sge;
+  uint32_t pad;
+  ibv_sge sge[];
+};
+
+/// A receive queue (a QP's own, or a shared receive queue).
+struct RecvQueueShared {
+  ProcessLock lock;
+  uint32_t capacity;
+  uint32_t max_sge;
+  uint32_t stride;  // bytes per RecvWqe
+  uint64_t head;    // guarded by lock
+  uint64_t tail;    // guarded by lock
+  uint32_t limit;   // SRQ limit; 0 = not armed
+  uint32_t is_srq;
+  uint32_t pd_id;
+  uint32_t pad;
+  uint64_t context_offset;
+  uint64_t owner_handle;  // the owner's struct ibv_srq*, for the limit event
+  alignas(64) char wqes[];
+
+  RecvWqe* wqe(uint64_t index) {
+    return reinterpret_cast<RecvWqe*>(wqes + (index % capacity) * stride);
+  }
+};
+
+struct QpShared {
+  std::atomic<uint32_t> state;  // enum ibv_qp_state
+  std::atomic<uint32_t> access_flags;
+  uint32_t qp_type;
+  uint32_t qpn;
+  uint32_t pd_id;
+  uint32_t qkey;
+  uint32_t dest_qpn;
+  uint8_t min_rnr_timer;
+  uint8_t port_num;
+  uint16_t pad;
+  uint8_t dest_gid[16];
+  uint64_t recv_queue_offset;  // the QP's RQ, or the SRQ it uses
+  uint64_t recv_cq_offset;
+  uint64_t context_offset;
+  uint64_t owner_handle;  // the owner's struct ibv_qp*, for async events
+  uint32_t uses_srq;
+  uint32_t pad2;
+};
+
+struct AsyncEntry {
+  uint32_t event_type;  // enum ibv_event_type
+  uint32_t pad;
+  uint64_t handle;  // owner's object pointer (or port number for port events)
+};
+
+/// Per-context state that peers reach: the async event ring.
+struct ContextShared {
+  static constexpr uint32_t kAsyncCapacity = 256;
+  ProcessLock lock;
+  int32_t async_eventfd;
+  uint64_t head;
+  uint64_t tail;
+  AsyncEntry ring[kAsyncCapacity];
+};
+
+}  // namespace softrdma

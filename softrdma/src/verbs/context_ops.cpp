@@ -1,0 +1,17 @@
+#include "verbs/objects.hpp"
+#include "verbs/ops.hpp"
+
+namespace softrdma {
+
+void install_context_ops(verbs_context& vctx) {
+  ibv_context_ops& ops = vctx.context.ops;
+  ops.poll_cq = poll_cq;
+  ops.req_notify_cq = req_notify_cq;
+  ops.post_send = post_send;
+  ops.post_recv = post_recv;
+  ops.post_srq_recv = post_srq_recv;
+  // Memory windows are not supported: ibv_alloc_mw sees a null op and fails with EOPNOTSUPP.
+  vctx.create_qp_ex = create_qp_ex;
+}
+
+}  // namespace softrdma

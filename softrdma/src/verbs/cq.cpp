@@ -1,0 +1,196 @@
+// Completion queues: create, resize, destroy, poll and arm.
+#include <bit>
+#include <cerrno>
+#include <cstring>
+
+#include "common/export.hpp"
+#include "engine/completion_queue.hpp"
+#include "engine/progress.hpp"
+#include "verbs/device_limits.hpp"
+#include "verbs/objects.hpp"
+#include "verbs/ops.hpp"
+
+using namespace softrdma;
+
+namespace {
+
+// Every ring reserves room for the largest CQ, so resizing never moves it: peers keep
+// reaching it at the offset they learnt.
+constexpr uint32_t kRingReserve = limits::kMaxCqe + 1;
+static_assert(std::has_single_bit(kRingReserve));
+
+void to_wc(const CqEntry& e, ibv_wc& wc) {
+  wc.wr_id = e.wr_id;
+  wc.status = static_cast<ibv_wc_status>(e.status);
+  wc.opcode = static_cast<ibv_wc_opcode>(e.opcode);
+  wc.vendor_err = e.vendor_err;
+  wc.byte_len = e.byte_len;
+  wc.imm_data = e.imm_data;
+  wc.qp_num = e.qp_num;
+  wc.src_qp = e.src_qp;
+  wc.wc_flags = e.wc_flags;
+  wc.pkey_index = e.pkey_index;
+  wc.slid = e.slid;
+  wc.sl = e.sl;
+  wc.dlid_path_bits = e.dlid_path_bits;
+}
+
+}  // namespace
+
+namespace softrdma {
+
+int poll_cq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
+  if (num_entries < 0) return -EINVAL;
+  run_due_progress();
+  CqShared* shared = to_cq(cq)->shared;
+  CqEntry batch[16];
+  int done = 0;
+  while (done < num_entries) {
+    const int want = std::min(num_entries - done, 16);
+    const int got = cq_take(shared, batch, want);
+    for (int i = 0; i < got; ++i) {
+      to_wc(batch[i], wc[done + i]);
+      if (batch[i].send_seq != 0) {
+        // Retires this WR and every unsignalled one before it.
+        if (Qp* qp = local_qp(batch[i].qp_num)) qp->retired_seq.store(batch[i].send_seq);
+      }
+    }
+    done += got;
+    if (got < want) break;
+  }
+  return done;
+}
+
+int req_notify_cq(ibv_cq* cq, int solicited_only) {
+  to_cq(cq)->shared->armed.store(solicited_only ? kCqArmedSolicited : kCqArmedAll,
+                                 std::memory_order_release);
+  return 0;
+}
+
+}  // namespace softrdma
+
+SOFTRDMA_EXPORT ibv_comp_channel* ibv_create_comp_channel(ibv_context* context) {
+  auto* ch = new (std::nothrow) Channel();
+  if (!ch) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  ch->channel.context = context;
+  ch->channel.fd = eventfd_for_channel();
+  if (ch->channel.fd < 0) {
+    delete ch;
+    return nullptr;
+  }
+  return &ch->channel;
+}
+
+SOFTRDMA_EXPORT int ibv_destroy_comp_channel(ibv_comp_channel* channel) {
+  Channel* ch = to_channel(channel);
+  {
+    std::lock_guard lock(ch->mutex);
+    if (!ch->cqs.empty()) return EBUSY;
+  }
+  close(channel->fd);
+  delete ch;
+  return 0;
+}
+
+SOFTRDMA_EXPORT ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context,
+                                      ibv_comp_channel* channel, int comp_vector) {
+  if (cqe < 1 || cqe > limits::kMaxCqe || comp_vector < 0 ||
+      comp_vector >= context->num_comp_vectors) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  Arena& arena = Arena::self();
+  const uint64_t off = arena.allocate(cq_shared_bytes(kRingReserve));
+  auto* cq = off ? new (std::nothrow) Cq() : nullptr;
+  if (!cq) {
+    if (off) arena.free(off);
+    errno = ENOMEM;
+    return nullptr;
+  }
+  cq->offset = off;
+  cq->shared = arena.at<CqShared>(off);
+  cq->shared->capacity = std::bit_ceil(static_cast<uint32_t>(cqe));
+  cq->shared->channel_eventfd = channel ? channel->fd : -1;
+  cq->shared->context_offset = to_ctx(context)->shared_offset;
+  cq->shared->owner_handle = reinterpret_cast<uint64_t>(&cq->cq);
+  cq->cq.context = context;
+  cq->cq.channel = channel;
+  cq->cq.cq_context = cq_context;
+  cq->cq.handle = static_cast<uint32_t>(off / Arena::kAlign);
+  cq->cq.cqe = static_cast<int>(cq->shared->capacity);
+  pthread_mutex_init(&cq->cq.mutex, nullptr);
+  pthread_cond_init(&cq->cq.cond, nullptr);
+  if (channel) {
+    cq->channel = to_channel(channel);
+    std::lock_guard lock(cq->channel->mutex);
+    cq->channel->cqs.push_back(cq);
+    ++channel->refcnt;
+  }
+  return &cq->cq;
+}
+
+SOFTRDMA_EXPORT int ibv_resize_cq(ibv_cq* cq, int cqe) {
+  if (cqe < 1 || cqe > limits::kMaxCqe) return EINVAL;
+  CqShared* s = to_cq(cq)->shared;
+  const uint32_t capacity = std::bit_ceil(static_cast<uint32_t>(cqe));
+  ProcessLockGuard guard(s->producer_lock);
+  const uint64_t head = s->head.load(), tail = s->tail.load();
+  if (tail - head > capacity) return EINVAL;
+  // Re-lay the waiting completions out for the new mask; positions keep their numbers.
+  std::vector<CqEntry> waiting;
+  for (uint64_t i = head; i < tail; ++i) waiting.push_back(s->entries[i & (s->capacity - 1)]);
+  s->capacity = capacity;
+  for (uint64_t i = head; i < tail; ++i) s->entries[i & (capacity - 1)] = waiting[i - head];
+  cq->cqe = static_cast<int>(capacity);
+  return 0;
+}
+
+SOFTRDMA_EXPORT int ibv_destroy_cq(ibv_cq* cq) {
+  Cq* c = to_cq(cq);
+  if (c->users.load() != 0) return EBUSY;
+  // As in rdma-core: wait until every event taken from the channel has been acknowledged.
+  pthread_mutex_lock(&cq->mutex);
+  while (cq->comp_events_completed != c->events_delivered)
+    pthread_cond_wait(&cq->cond, &cq->mutex);
+  pthread_mutex_unlock(&cq->mutex);
+  if (c->channel) {
+    std::lock_guard lock(c->channel->mutex);
+    std::erase(c->channel->cqs, c);
+    --c->channel->channel.refcnt;
+  }
+  Arena::self().free(c->offset);
+  delete c;
+  return 0;
+}
+
+SOFTRDMA_EXPORT int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) {
+  Channel* ch = to_channel(channel);
+  for (;;) {
+    uint64_t count;
+    if (read(channel->fd, &count, sizeof count) != sizeof count) return -1;
+    std::lock_guard lock(ch->mutex);
+    for (Cq* c : ch->cqs) {
+      uint32_t pending = c->shared->events_pending.load(std::memory_order_acquire);
+      while (pending && !c->shared->events_pending.compare_exchange_weak(pending, pending - 1)) {
+      }
+      if (!pending) continue;
+      pthread_mutex_lock(&c->cq.mutex);
+      ++c->events_delivered;
+      pthread_mutex_unlock(&c->cq.mutex);
+      *cq = &c->cq;
+      *cq_context = c->cq.cq_context;
+      return 0;
+    }
+    // The event belonged to a CQ destroyed meanwhile: wait for the next one.
+  }
+}
+
+SOFTRDMA_EXPORT void ibv_ack_cq_events(ibv_cq* cq, unsigned int nevents) {
+  pthread_mutex_lock(&cq->mutex);
+  cq->comp_events_completed += nevents;
+  pthread_cond_signal(&cq->cond);
+  pthread_mutex_unlock(&cq->mutex);
+}

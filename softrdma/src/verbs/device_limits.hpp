@@ -1,0 +1,36 @@
+// What softrdma0 reports about itself. The limits are those the engine enforces.
+#pragma once
+
+#include <cstdint>
+#include <infiniband/verbs.h>
+
+#include "engine/memory_access.hpp"
+#include "engine/registry.hpp"
+
+namespace softrdma::limits {
+
+inline constexpr const char* kDeviceName = "softrdma0";
+inline constexpr const char* kFirmware = "softrdma 0.1.0";
+// Not Mellanox (0x02c9), Amazon (0x1d0f), Chelsio (0x1425) or Intel (0x8086): perftest and
+// pyverbs then take their generic paths. vendor_part_id 0 is outside perftest's tables.
+inline constexpr uint32_t kVendorId = 0x736f66;
+inline constexpr uint32_t kVendorPartId = 0;
+
+inline constexpr int kMaxQpWr = 16384;
+inline constexpr int kMaxSge = softrdma::kMaxSge;
+inline constexpr int kMaxCqe = 65535;
+inline constexpr int kMaxQpRdAtom = 16;
+inline constexpr uint32_t kMaxInline = 512;
+inline constexpr int kMaxSrqWr = 16384;
+inline constexpr uint64_t kMaxMrSize = uint64_t{1} << 40;
+inline constexpr uint32_t kMaxMsgSize = 1u << 30;
+inline constexpr int kNumCompVectors = 1;
+inline constexpr uint8_t kPortNum = 1;
+inline constexpr ibv_mtu kMtu = IBV_MTU_4096;
+inline constexpr uint32_t kMtuBytes = 4096;
+inline constexpr uint32_t kUdGrhBytes = 40;
+
+static_assert(kMaxQpWr >= 8 && kMaxSge >= 2, "pyverbs derives random caps from these");
+static_assert(kMaxCqe + 1 <= 65536, "CQ rings are sized to the next power of two");
+
+}  // namespace softrdma::limits

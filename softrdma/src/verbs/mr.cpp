@@ -1,0 +1,153 @@
+// Memory registration: ibv_reg_mr and its iova forms, ibv_rereg_mr, ibv_dereg_mr.
+#include <cerrno>
+#include <cstdint>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "common/export.hpp"
+#include "engine/registry.hpp"
+#include "verbs/device_limits.hpp"
+#include "verbs/objects.hpp"
+
+#undef ibv_reg_mr
+#undef ibv_reg_mr_iova
+
+using namespace softrdma;
+
+namespace {
+
+constexpr uint32_t kSupportedAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                                      IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
+                                      IBV_ACCESS_MW_BIND | IBV_ACCESS_HUGETLB;
+
+// Returns 0 or the errno that registration fails with.
+int check_registration(const void* addr, size_t length, uint32_t access) {
+  // Optional bits (relaxed ordering and up) are hints: ignored when not supported.
+  access &= IBV_ACCESS_OPTIONAL_FIRST - 1;
+  if (access & IBV_ACCESS_ON_DEMAND) return EOPNOTSUPP;
+  if (access & ~kSupportedAccess) return EINVAL;
+  // Remote write and atomic access require local write (IBTA 10.6.3.1).
+  if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
+      !(access & IBV_ACCESS_LOCAL_WRITE))
+    return EINVAL;
+  if (length == 0 || length > limits::kMaxMrSize || !addr) return EINVAL;
+  // Like pinning on a NIC, registration fails for memory that is not mapped.
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t start = reinterpret_cast<uintptr_t>(addr) & ~(page - 1);
+  const uintptr_t end = reinterpret_cast<uintptr_t>(addr) + length;
+  if (end < start || msync(reinterpret_cast<void*>(start), end - start, MS_ASYNC) != 0)
+    return EFAULT;
+  return 0;
+}
+
+ibv_mr* register_region(ibv_pd* pd, void* addr, size_t length, uint64_t iova, int access) {
+  const uint32_t acc = static_cast<uint32_t>(access) & (IBV_ACCESS_OPTIONAL_FIRST - 1);
+  if (int err = check_registration(addr, length, acc)) {
+    errno = err;
+    return nullptr;
+  }
+  auto* mr = new (std::nothrow) Mr();
+  if (!mr) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  const uint32_t key = Registry::instance().claim_mr(to_pd(pd)->id, acc, iova, length,
+                                                     reinterpret_cast<uint64_t>(addr));
+  if (!key) {
+    delete mr;
+    errno = ENOMEM;
+    return nullptr;
+  }
+  mr->mr.context = pd->context;
+  mr->mr.pd = pd;
+  mr->mr.addr = addr;
+  mr->mr.length = length;
+  mr->mr.handle = key;
+  mr->mr.lkey = mr->mr.rkey = key;
+  mr->access = acc;
+  mr->owner_pd = to_pd(pd);
+  to_pd(pd)->users.fetch_add(1);
+  return &mr->mr;
+}
+
+}  // namespace
+
+SOFTRDMA_EXPORT ibv_mr* ibv_reg_mr(ibv_pd* pd, void* addr, size_t length, int access) {
+  return register_region(pd, addr, length, reinterpret_cast<uint64_t>(addr), access);
+}
+
+SOFTRDMA_EXPORT ibv_mr* ibv_reg_mr_iova(ibv_pd* pd, void* addr, size_t length, uint64_t iova,
+                                        int access) {
+  return register_region(pd, addr, length, iova, access);
+}
+
+SOFTRDMA_EXPORT ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova,
+                                         unsigned int access) {
+  return register_region(pd, addr, length, iova, static_cast<int>(access));
+}
+
+SOFTRDMA_EXPORT int ibv_dereg_mr(ibv_mr* mr) {
+  Mr* m = to_mr(mr);
+  // Returns only once no peer is inside the region any more.
+  Registry::instance().release_mr(mr->lkey);
+  m->owner_pd->users.fetch_sub(1);
+  delete m;
+  return 0;
+}
+
+SOFTRDMA_EXPORT int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length,
+                                 int access) {
+  constexpr int kKnown = IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD |
+                         IBV_REREG_MR_CHANGE_ACCESS;
+  if (flags == 0 || (flags & ~kKnown)) {
+    errno = EINVAL;
+    return IBV_REREG_MR_ERR_INPUT;
+  }
+  Mr* m = to_mr(mr);
+  Pd* new_pd = (flags & IBV_REREG_MR_CHANGE_PD) ? to_pd(pd) : m->owner_pd;
+  void* new_addr = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? addr : mr->addr;
+  size_t new_len = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? length : mr->length;
+  uint32_t new_access = (flags & IBV_REREG_MR_CHANGE_ACCESS)
+                            ? static_cast<uint32_t>(access) & (IBV_ACCESS_OPTIONAL_FIRST - 1)
+                            : m->access;
+  if (!new_pd) {
+    errno = EINVAL;
+    return IBV_REREG_MR_ERR_INPUT;
+  }
+  if (int err = check_registration(new_addr, new_len, new_access)) {
+    errno = err;
+    return IBV_REREG_MR_ERR_INPUT;
+  }
+  Registry& reg = Registry::instance();
+  const uint32_t key = reg.claim_mr(new_pd->id, new_access, reinterpret_cast<uint64_t>(new_addr),
+                                    new_len, reinterpret_cast<uint64_t>(new_addr));
+  if (!key) {
+    errno = ENOMEM;
+    return IBV_REREG_MR_ERR_DONT_FORK_NEW;
+  }
+  reg.release_mr(mr->lkey);
+  if (new_pd != m->owner_pd) {
+    m->owner_pd->users.fetch_sub(1);
+    new_pd->users.fetch_add(1);
+  }
+  m->owner_pd = new_pd;
+  m->access = new_access;
+  mr->pd = &new_pd->pd;
+  mr->addr = new_addr;
+  mr->length = new_len;
+  mr->handle = key;
+  mr->lkey = mr->rkey = key;
+  return 0;
+}
+
+SOFTRDMA_EXPORT ibv_mr* ibv_reg_dmabuf_mr(ibv_pd*, uint64_t, size_t, uint64_t, int, int) {
+  errno = EOPNOTSUPP;
+  return nullptr;
+}
+
+SOFTRDMA_EXPORT ibv_mr* ibv_import_mr(ibv_pd*, uint32_t) {
+  errno = EOPNOTSUPP;
+  return nullptr;
+}
+
+SOFTRDMA_EXPORT void ibv_unimport_mr(ibv_mr*) {}

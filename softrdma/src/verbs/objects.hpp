@@ -1,0 +1,153 @@
+// The verbs objects softrdma hands out. Each embeds the public struct the application sees
+// as its first member, so the application's pointer converts back to ours.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <infiniband/verbs.h>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "engine/arena.hpp"
+#include "engine/memory_access.hpp"
+#include "engine/responder.hpp"
+#include "engine/shared_layout.hpp"
+#include "verbs/gid_table.hpp"
+
+namespace softrdma {
+
+/// rdma-core's struct verbs_device starts with ibv_device followed by its ops pointer; the
+/// system libmlx5 inspects that pointer to recognise its own devices, so we keep it null.
+struct Device {
+  ibv_device device;
+  const void* provider_ops = nullptr;
+};
+
+struct Context {
+  verbs_context vctx;  // first: the application's ibv_context is vctx.context
+  Device* device = nullptr;
+  uint64_t shared_offset = 0;
+  ContextShared* shared = nullptr;
+  GidTable gids;
+};
+static_assert(offsetof(Context, vctx) == 0);
+
+struct Pd {
+  ibv_pd pd;
+  uint32_t id;
+  std::atomic<uint32_t> users{0};  // MRs, QPs, SRQs and AHs created on it
+};
+
+struct Mr {
+  ibv_mr mr;
+  uint32_t access;
+  Pd* owner_pd;
+};
+
+struct Channel;
+
+struct Cq {
+  ibv_cq cq;
+  uint64_t offset = 0;
+  CqShared* shared = nullptr;
+  Channel* channel = nullptr;
+  std::atomic<uint32_t> users{0};  // QPs and SRQs that complete into this CQ
+  uint32_t events_delivered = 0;   // by ibv_get_cq_event; guarded by cq.mutex
+};
+
+struct Channel {
+  ibv_comp_channel channel;
+  std::mutex mutex;
+  std::vector<Cq*> cqs;
+};
+
+struct Srq {
+  ibv_srq srq;
+  uint64_t offset = 0;
+  RecvQueueShared* shared = nullptr;
+  uint32_t max_wr = 0;
+  uint32_t max_sge = 0;
+  std::atomic<uint32_t> users{0};
+};
+
+struct Ah {
+  ibv_ah ah;
+  ibv_ah_attr attr;
+  Gid dgid;
+};
+
+/// A send work request as the requester keeps it while it cannot complete yet.
+struct SendWork {
+  uint64_t wr_id = 0;
+  ibv_wr_opcode opcode = IBV_WR_SEND;
+  uint32_t send_flags = 0;
+  uint32_t imm_data = 0;
+  int num_sge = 0;
+  ibv_sge sge[kMaxSge] = {};
+  std::vector<char> inline_data;  // IBV_SEND_INLINE: the bytes, copied at post time
+  uint64_t remote_addr = 0;
+  uint32_t rkey = 0;
+  uint64_t compare_add = 0;
+  uint64_t swap = 0;
+  // UD destination
+  uint32_t remote_qpn = 0;
+  uint32_t remote_qkey = 0;
+  Gid dgid{};
+  uint64_t seq = 0;  // position in the send queue, for retirement
+  // Retry state of the transport
+  uint32_t rnr_attempts = 0;
+  std::chrono::steady_clock::time_point next_attempt{};
+  std::chrono::steady_clock::time_point give_up{};  // set while the peer does not answer
+};
+
+struct Qp {
+  ibv_qp_ex qpx;  // first: ibv_qp* and ibv_qp_ex* both point here
+  Context* ctx = nullptr;
+  uint64_t offset = 0;
+  QpShared* shared = nullptr;
+  Cq* send_cq = nullptr;
+  Cq* recv_cq = nullptr;
+  Srq* srq = nullptr;
+  RecvQueueShared* rq = nullptr;  // own receive queue (null with an SRQ)
+  uint64_t rq_offset = 0;
+  ibv_qp_cap cap{};
+  bool sq_sig_all = false;
+  uint32_t pd_id = 0;
+
+  // Attributes kept for ibv_query_qp and the transport.
+  std::mutex attr_mutex;
+  ibv_qp_attr attr{};
+
+  // Requester state.
+  std::mutex sq_mutex;
+  uint64_t next_seq = 0;                // sequence number of the next posted WR
+  std::atomic<uint64_t> retired_seq{0};  // WRs below this have been retired by poll_cq
+  std::deque<SendWork> blocked;          // WRs waiting for the peer (RNR, no answer)
+  TargetQp peer;                         // RC: the connected QP, resolved on first use
+  bool peer_on_this_host = true;         // RC: decided at RTR from the destination GID
+};
+
+inline Context* to_ctx(ibv_context* c) { return reinterpret_cast<Context*>(verbs_get_ctx(c)); }
+inline Pd* to_pd(ibv_pd* p) { return reinterpret_cast<Pd*>(p); }
+inline Mr* to_mr(ibv_mr* m) { return reinterpret_cast<Mr*>(m); }
+inline Cq* to_cq(ibv_cq* c) { return reinterpret_cast<Cq*>(c); }
+inline Channel* to_channel(ibv_comp_channel* c) { return reinterpret_cast<Channel*>(c); }
+inline Srq* to_srq(ibv_srq* s) { return reinterpret_cast<Srq*>(s); }
+inline Ah* to_ah(ibv_ah* a) { return reinterpret_cast<Ah*>(a); }
+inline Qp* to_qp(ibv_qp* q) { return reinterpret_cast<Qp*>(q); }
+
+/// A completion-channel or async-event fd: an eventfd counting one per event.
+int eventfd_for_channel();
+
+/// This process's view of its own arena as a peer (for pushing into its own queues).
+PeerArena& self_peer();
+
+/// Local QPs by number, for send-queue retirement in poll_cq.
+void local_qp_set(uint32_t qpn, Qp* qp);
+Qp* local_qp(uint32_t qpn);
+
+}  // namespace softrdma

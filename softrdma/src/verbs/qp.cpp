@@ -1,0 +1,189 @@
+// Queue pairs: create (legacy and extended), query, destroy.
+#include <cerrno>
+#include <cstring>
+
+#include "common/export.hpp"
+#include "engine/progress.hpp"
+#include "engine/recv_queue.hpp"
+#include "engine/registry.hpp"
+#include "verbs/device_limits.hpp"
+#include "verbs/objects.hpp"
+#include "verbs/ops.hpp"
+
+using namespace softrdma;
+
+namespace {
+
+int check_caps(const ibv_qp_init_attr_ex& a) {
+  if (a.qp_type != IBV_QPT_RC && a.qp_type != IBV_QPT_UD) return EOPNOTSUPP;
+  if (!a.send_cq || !a.recv_cq || !a.pd) return EINVAL;
+  const ibv_qp_cap& c = a.cap;
+  if (c.max_send_wr > static_cast<uint32_t>(limits::kMaxQpWr) ||
+      c.max_recv_wr > static_cast<uint32_t>(limits::kMaxQpWr) ||
+      c.max_send_sge > static_cast<uint32_t>(limits::kMaxSge) ||
+      c.max_recv_sge > static_cast<uint32_t>(limits::kMaxSge) ||
+      c.max_inline_data > limits::kMaxInline)
+    return EINVAL;
+  return 0;
+}
+
+void release_blocks(Qp* q) {
+  Arena& arena = Arena::self();
+  if (q->rq_offset) arena.free(q->rq_offset);
+  if (q->offset) arena.free(q->offset);
+}
+
+ibv_qp* create_qp(ibv_context* context, ibv_qp_init_attr_ex& a) {
+  if (int err = check_caps(a)) {
+    errno = err;
+    return nullptr;
+  }
+  Arena& arena = Arena::self();
+  auto* q = new (std::nothrow) Qp();
+  if (!q) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  q->ctx = to_ctx(context);
+  q->offset = arena.allocate(sizeof(QpShared));
+  if (!a.srq) {
+    const uint32_t depth = std::max<uint32_t>(a.cap.max_recv_wr, 1);
+    const uint32_t sges = std::max<uint32_t>(a.cap.max_recv_sge, 1);
+    q->rq_offset = arena.allocate(recv_queue_bytes(depth, sges));
+    if (q->rq_offset) {
+      q->rq = arena.at<RecvQueueShared>(q->rq_offset);
+      recv_queue_init(q->rq, depth, sges);
+      q->rq->pd_id = to_pd(a.pd)->id;
+    }
+  }
+  const uint32_t qpn =
+      q->offset && (a.srq || q->rq) ? Registry::instance().claim_qpn(q->offset, arena.fd()) : 0;
+  if (!qpn) {
+    release_blocks(q);
+    delete q;
+    errno = ENOMEM;
+    return nullptr;
+  }
+  q->shared = arena.at<QpShared>(q->offset);
+  QpShared& s = *q->shared;
+  s.state.store(IBV_QPS_RESET);
+  s.qp_type = a.qp_type;
+  s.qpn = qpn;
+  s.pd_id = to_pd(a.pd)->id;
+  s.port_num = limits::kPortNum;
+  s.recv_queue_offset = a.srq ? to_srq(a.srq)->offset : q->rq_offset;
+  s.uses_srq = a.srq != nullptr;
+  s.recv_cq_offset = to_cq(a.recv_cq)->offset;
+  s.context_offset = q->ctx->shared_offset;
+  s.owner_handle = reinterpret_cast<uint64_t>(&q->qpx.qp_base);
+
+  q->send_cq = to_cq(a.send_cq);
+  q->recv_cq = to_cq(a.recv_cq);
+  q->srq = a.srq ? to_srq(a.srq) : nullptr;
+  q->cap = a.cap;
+  q->sq_sig_all = a.sq_sig_all;
+  q->pd_id = s.pd_id;
+  q->attr.qp_state = IBV_QPS_RESET;
+  q->attr.cap = a.cap;
+
+  ibv_qp& base = q->qpx.qp_base;
+  base.context = context;
+  base.qp_context = a.qp_context;
+  base.pd = a.pd;
+  base.send_cq = a.send_cq;
+  base.recv_cq = a.recv_cq;
+  base.srq = a.srq;
+  base.handle = qpn;
+  base.qp_num = qpn;
+  base.state = IBV_QPS_RESET;
+  base.qp_type = a.qp_type;
+  pthread_mutex_init(&base.mutex, nullptr);
+  pthread_cond_init(&base.cond, nullptr);
+
+  q->send_cq->users.fetch_add(1);
+  q->recv_cq->users.fetch_add(1);
+  if (q->srq) q->srq->users.fetch_add(1);
+  to_pd(a.pd)->users.fetch_add(1);
+  local_qp_set(qpn, q);
+  return &base;
+}
+
+}  // namespace
+
+namespace softrdma {
+
+ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
+  constexpr uint32_t kSupportedMask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS;
+  if ((attr->comp_mask & ~kSupportedMask) ||
+      ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr->create_flags)) {
+    errno = EOPNOTSUPP;  // the ibv_wr_* send API, XRC and creation flags are not supported
+    return nullptr;
+  }
+  return create_qp(context, *attr);
+}
+
+}  // namespace softrdma
+
+SOFTRDMA_EXPORT ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* init) {
+  ibv_qp_init_attr_ex a{};
+  a.qp_context = init->qp_context;
+  a.send_cq = init->send_cq;
+  a.recv_cq = init->recv_cq;
+  a.srq = init->srq;
+  a.cap = init->cap;
+  a.qp_type = init->qp_type;
+  a.sq_sig_all = init->sq_sig_all;
+  a.comp_mask = IBV_QP_INIT_ATTR_PD;
+  a.pd = pd;
+  ibv_qp* qp = create_qp(pd->context, a);
+  if (qp) init->cap = a.cap;
+  return qp;
+}
+
+SOFTRDMA_EXPORT ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp*) {
+  // Only QPs created with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS have the extended send API.
+  errno = EOPNOTSUPP;
+  return nullptr;
+}
+
+SOFTRDMA_EXPORT int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int, ibv_qp_init_attr* init) {
+  Qp& q = *to_qp(qp);
+  {
+    std::lock_guard lock(q.attr_mutex);
+    *attr = q.attr;
+  }
+  attr->qp_state = static_cast<ibv_qp_state>(q.shared->state.load());
+  attr->cur_qp_state = attr->qp_state;
+  attr->cap = q.cap;
+  if (init) {
+    std::memset(init, 0, sizeof *init);
+    init->qp_context = qp->qp_context;
+    init->send_cq = qp->send_cq;
+    init->recv_cq = qp->recv_cq;
+    init->srq = qp->srq;
+    init->cap = q.cap;
+    init->qp_type = qp->qp_type;
+    init->sq_sig_all = q.sq_sig_all;
+  }
+  return 0;
+}
+
+SOFTRDMA_EXPORT int ibv_destroy_qp(ibv_qp* qp) {
+  Qp* q = to_qp(qp);
+  progress_forget(q);
+  q->shared->state.store(IBV_QPS_RESET);
+  Registry::instance().release_qpn(qp->qp_num);  // waits for peers inside the QP
+  local_qp_set(qp->qp_num, nullptr);
+  q->send_cq->users.fetch_sub(1);
+  q->recv_cq->users.fetch_sub(1);
+  if (q->srq) q->srq->users.fetch_sub(1);
+  to_pd(qp->pd)->users.fetch_sub(1);
+  release_blocks(q);
+  delete q;
+  return 0;
+}
+
+SOFTRDMA_EXPORT int ibv_query_qp_data_in_order(ibv_qp*, ibv_wr_opcode, uint32_t flags) {
+  // Copies run front to back, so the data of a message is written in order.
+  return flags == 0 ? 1 : 0;
+}
