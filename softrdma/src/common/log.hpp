@@ -7,12 +7,12 @@ namespace softrdma {
 
 bool debug_enabled();
 
-#define SOFTRDMA_DEBUG_LOG(...)                   \
-  do {                                            \
-    if (::softrdma::debug_enabled()) {            \
+#define SOFTRDMA_DEBUG_LOG(...)                       \
+  do {                                                \
+    if (::softrdma::debug_enabled()) {                \
       std::fprintf(stderr, "softrdma: " __VA_ARGS__); \
-      std::fputc('\n', stderr);                   \
-    }                                             \
+      std::fputc('\n', stderr);                       \
+    }                                                 \
   } while (0)
 
 }  // namespace softrdma

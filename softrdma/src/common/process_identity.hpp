@@ -1,8 +1,8 @@
 // Who this process is, in a form that survives pid reuse: pid plus the kernel's start time.
 #pragma once
 
-#include <cstdint>
 #include <sys/types.h>
+#include <cstdint>
 
 namespace softrdma {
 

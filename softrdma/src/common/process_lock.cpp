@@ -1,24 +1,25 @@
 #include "common/process_lock.hpp"
 
-#include <cerrno>
-#include <csignal>
-#include <ctime>
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include <cerrno>
+#include <csignal>
+#include <ctime>
 
 #include "common/process_identity.hpp"
 
 namespace softrdma {
 namespace {
 
-uint32_t self_pid() { return static_cast<uint32_t>(self_process().pid); }
+uint32_t self_pid() {
+  return static_cast<uint32_t>(self_process().pid);
+}
 
 void futex_wait(std::atomic<uint32_t>* word, uint32_t expected) {
   // Bounded sleep: the owner may die without waking anyone; we re-check its liveness.
   timespec timeout{0, 2'000'000};
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &timeout, nullptr,
-          0);
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &timeout, nullptr, 0);
 }
 
 void futex_wake(std::atomic<uint32_t>* word) {

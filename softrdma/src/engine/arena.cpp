@@ -1,14 +1,14 @@
 #include "engine/arena.hpp"
 
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <fcntl.h>
 #include <pthread.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
-#include <system_error>
 #include <unistd.h>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <system_error>
 #include <unordered_map>
 
 #include "common/log.hpp"
@@ -22,7 +22,9 @@ Arena* g_arena = nullptr;
 pid_t g_arena_pid = 0;
 std::mutex g_arena_mutex;
 
-size_t round_up(size_t n) { return (n + Arena::kAlign - 1) & ~(Arena::kAlign - 1); }
+size_t round_up(size_t n) {
+  return (n + Arena::kAlign - 1) & ~(Arena::kAlign - 1);
+}
 
 }  // namespace
 

@@ -1,9 +1,9 @@
 #include "engine/memory_access.hpp"
 
+#include <limits.h>
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <limits.h>
 
 namespace softrdma {
 
@@ -107,8 +107,8 @@ int copy_to_process(const ProcessId& target, const iovec* local, int nlocal, con
   return vm_copy(process_vm_writev, target.pid, local, nlocal, remote, nremote);
 }
 
-int copy_from_process(const ProcessId& target, const iovec* local, int nlocal,
-                      const iovec* remote, int nremote) {
+int copy_from_process(const ProcessId& target, const iovec* local, int nlocal, const iovec* remote,
+                      int nremote) {
   if (nlocal == 0 || nremote == 0) return 0;
   if (target == self_process()) {
     copy_local(local, nlocal, remote, nremote);

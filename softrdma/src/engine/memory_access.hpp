@@ -2,10 +2,10 @@
 // concurrent ibv_dereg_mr, and the copies into and out of another process.
 #pragma once
 
-#include <cstddef>
-#include <cstdint>
 #include <infiniband/verbs.h>
 #include <sys/uio.h>
+#include <cstddef>
+#include <cstdint>
 
 #include "common/process_identity.hpp"
 #include "engine/registry.hpp"
@@ -49,7 +49,7 @@ bool pin_sge_list(PinnedRanges& out, const ibv_sge* sge, int num_sge, const Proc
 int copy_to_process(const ProcessId& target, const iovec* local, int nlocal, const iovec* remote,
                     int nremote);
 /// Copies `remote` (memory of `target`) into `local`.
-int copy_from_process(const ProcessId& target, const iovec* local, int nlocal,
-                      const iovec* remote, int nremote);
+int copy_from_process(const ProcessId& target, const iovec* local, int nlocal, const iovec* remote,
+                      int nremote);
 
 }  // namespace softrdma

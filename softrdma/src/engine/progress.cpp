@@ -1,13 +1,13 @@
 #include "engine/progress.hpp"
 
+#include <unistd.h>
 #include <atomic>
 #include <condition_variable>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <set>
-#include <mutex>
 #include <thread>
-#include <unistd.h>
 #include <vector>
 
 #include "engine/requester.hpp"
@@ -21,7 +21,7 @@ struct ProgressState {
   std::condition_variable settled;  // progress_forget waits here
   std::map<Qp*, Clock::time_point> due;
   std::multiset<Qp*> running;  // QPs being progressed right now (poll_cq or the helper)
-  pid_t thread_pid = 0;  // the helper is re-created in a forked child
+  pid_t thread_pid = 0;        // the helper is re-created in a forked child
 };
 
 ProgressState& state() {

@@ -2,9 +2,9 @@
 // message takes the oldest one.
 #pragma once
 
+#include <infiniband/verbs.h>
 #include <cstddef>
 #include <cstdint>
-#include <infiniband/verbs.h>
 
 #include "engine/arena.hpp"
 #include "engine/shared_layout.hpp"

@@ -1,16 +1,16 @@
 #include "engine/registry.hpp"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <fcntl.h>
 #include <random>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <system_error>
 #include <thread>
-#include <unistd.h>
 
 namespace softrdma {
 
@@ -85,9 +85,8 @@ Registry& Registry::instance() {
     int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (fd < 0) throw std::system_error(errno, std::generic_category(), "open " + path);
     struct stat st {};
-    if (fstat(fd, &st) != 0 ||
-        (static_cast<size_t>(st.st_size) < kFileBytes &&
-         ftruncate(fd, static_cast<off_t>(kFileBytes)) != 0)) {
+    if (fstat(fd, &st) != 0 || (static_cast<size_t>(st.st_size) < kFileBytes &&
+                                ftruncate(fd, static_cast<off_t>(kFileBytes)) != 0)) {
       int err = errno;
       close(fd);
       throw std::system_error(err, std::generic_category(), "size " + path);

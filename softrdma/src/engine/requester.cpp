@@ -17,10 +17,10 @@ using Kind = ResponderReply::Kind;
 enum class Outcome { kCompleted, kBlocked };
 
 // IBTA table of RNR NAK timer values, in microseconds; index 0 is the longest.
-constexpr uint32_t kRnrDelayUs[32] = {
-    655360, 10,    20,    30,    40,    60,    80,     120,    160,    240,   320,
-    480,    640,   960,   1280,  1920,  2560,  3840,   5120,   7680,   10240, 15360,
-    20480,  30720, 40960, 61440, 81920, 122880, 163840, 245760, 327680, 491520};
+constexpr uint32_t kRnrDelayUs[32] = {655360, 10,    20,    30,     40,     60,     80,     120,
+                                      160,    240,   320,   480,    640,    960,    1280,   1920,
+                                      2560,   3840,  5120,  7680,   10240,  15360,  20480,  30720,
+                                      40960,  61440, 81920, 122880, 163840, 245760, 327680, 491520};
 
 // Local ACK timeout: 4.096 us * 2^timeout; 0 means wait forever.
 Clock::duration ack_timeout(uint8_t timeout) {
@@ -261,8 +261,7 @@ int requester_post(Qp& qp, const ibv_send_wr& wr) {
     flush_one(qp, w);
     return 0;
   }
-  if (qp.blocked.empty() && state == IBV_QPS_RTS && execute(qp, w) == Outcome::kCompleted)
-    return 0;
+  if (qp.blocked.empty() && state == IBV_QPS_RTS && execute(qp, w) == Outcome::kCompleted) return 0;
   capture_inline(w);
   const auto when = w.next_attempt;
   qp.blocked.push_back(std::move(w));

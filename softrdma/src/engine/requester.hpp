@@ -1,8 +1,8 @@
 // The requester half of the transport: the send queue of a QP, executed in order.
 #pragma once
 
-#include <chrono>
 #include <infiniband/verbs.h>
+#include <chrono>
 #include <optional>
 
 #include "verbs/objects.hpp"

@@ -11,8 +11,12 @@ namespace {
 
 using Kind = ResponderReply::Kind;
 
-ResponderReply done(ibv_wc_status s) { return {Kind::kDone, s, 0}; }
-ResponderReply no_answer() { return {Kind::kNoAnswer, IBV_WC_SUCCESS, 0}; }
+ResponderReply done(ibv_wc_status s) {
+  return {Kind::kDone, s, 0};
+}
+ResponderReply no_answer() {
+  return {Kind::kNoAnswer, IBV_WC_SUCCESS, 0};
+}
 
 bool receiving(uint32_t state) {
   return state == IBV_QPS_RTR || state == IBV_QPS_RTS || state == IBV_QPS_SQD ||
@@ -194,8 +198,8 @@ ResponderReply atomic(TargetQp& t, const InboundRequest& r) {
   int err;
   {
     // IBV_ATOMIC_HCA: every atomic on this host to this word goes through this lock.
-    ProcessLockGuard guard(Registry::instance().atomic_lock(
-        t.owner().pid, reinterpret_cast<uint64_t>(word.iov_base)));
+    ProcessLockGuard guard(
+        Registry::instance().atomic_lock(t.owner().pid, reinterpret_cast<uint64_t>(word.iov_base)));
     iovec mine{&original, sizeof original};
     err = copy_from_process(t.owner(), &mine, 1, &word, 1);
     if (!err) {
@@ -225,7 +229,8 @@ bool TargetQp::current() const {
 
 bool resolve_local_qp(uint32_t qpn, TargetQp& out) {
   QpSlot* slot = Registry::instance().qp_slot(qpn);
-  if (!slot || slot->state.load(std::memory_order_acquire) != static_cast<uint32_t>(SlotState::kLive))
+  if (!slot ||
+      slot->state.load(std::memory_order_acquire) != static_cast<uint32_t>(SlotState::kLive))
     return false;
   if (slot->netns != self_netns()) return false;  // another "host" sharing this machine
   const ProcessId owner{slot->pid, slot->start_time};
@@ -287,8 +292,8 @@ void qp_enter_error(PeerArena& owner, QpShared* qp, int event) {
   uint32_t prev = qp->state.exchange(IBV_QPS_ERR, std::memory_order_acq_rel);
   if (prev == IBV_QPS_ERR) return;
   flush_receive_queue(owner, qp);
-  if (event) async_push(owner, qp->context_offset, static_cast<ibv_event_type>(event),
-                        qp->owner_handle);
+  if (event)
+    async_push(owner, qp->context_offset, static_cast<ibv_event_type>(event), qp->owner_handle);
   if (qp->uses_srq)
     async_push(owner, qp->context_offset, IBV_EVENT_QP_LAST_WQE_REACHED, qp->owner_handle);
 }

@@ -4,10 +4,10 @@
 // path runs it for requests from other hosts.
 #pragma once
 
-#include <cstdint>
 #include <infiniband/verbs.h>
-#include <memory>
 #include <sys/uio.h>
+#include <cstdint>
+#include <memory>
 
 #include "common/process_identity.hpp"
 #include "engine/arena.hpp"

@@ -2,9 +2,9 @@
 // Offsets (not pointers) link them, as each process maps an arena at its own address.
 #pragma once
 
+#include <infiniband/verbs.h>
 #include <atomic>
 #include <cstdint>
-#include <infiniband/verbs.h>
 
 #include "common/process_lock.hpp"
 

@@ -1,8 +1,8 @@
 // Compile-time checks that the system headers we build against have the layout that the
 // clients we serve were compiled with (x86_64, rdma-core v44 era). A mismatch would make
 // every inline verb call through the wrong slot.
-#include <cstddef>
 #include <infiniband/verbs.h>
+#include <cstddef>
 
 static_assert(sizeof(ibv_context) == 328);
 static_assert(offsetof(ibv_context, ops) == 8);

@@ -1,6 +1,6 @@
 // Asynchronous events: read from the context's async fd, one per event.
-#include <cerrno>
 #include <unistd.h>
+#include <cerrno>
 
 #include "common/export.hpp"
 #include "verbs/objects.hpp"

@@ -153,8 +153,7 @@ SOFTRDMA_EXPORT int ibv_destroy_cq(ibv_cq* cq) {
   if (c->users.load() != 0) return EBUSY;
   // As in rdma-core: wait until every event taken from the channel has been acknowledged.
   pthread_mutex_lock(&cq->mutex);
-  while (cq->comp_events_completed != c->events_delivered)
-    pthread_cond_wait(&cq->cond, &cq->mutex);
+  while (cq->comp_events_completed != c->events_delivered) pthread_cond_wait(&cq->cond, &cq->mutex);
   pthread_mutex_unlock(&cq->mutex);
   if (c->channel) {
     std::lock_guard lock(c->channel->mutex);

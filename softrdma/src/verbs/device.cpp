@@ -1,12 +1,12 @@
 // Device discovery, opening, and the device and port queries.
-#include <cerrno>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <endian.h>
 #include <fcntl.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 #include "common/export.hpp"
 #include "common/log.hpp"
@@ -45,8 +45,8 @@ Device& the_device() {
     std::snprintf(d->device.name, sizeof d->device.name, "%s", limits::kDeviceName);
     std::snprintf(d->device.dev_name, sizeof d->device.dev_name, "uverbs0");
     std::snprintf(d->device.dev_path, sizeof d->device.dev_path, "/dev/null");
-    std::snprintf(d->device.ibdev_path, sizeof d->device.ibdev_path,
-                  "/sys/class/infiniband/%s", limits::kDeviceName);
+    std::snprintf(d->device.ibdev_path, sizeof d->device.ibdev_path, "/sys/class/infiniband/%s",
+                  limits::kDeviceName);
     return d;
   }();
   return *dev;
@@ -64,8 +64,8 @@ void fill_device_attr(ibv_device_attr& a) {
   a.hw_ver = 1;
   a.max_qp = static_cast<int>(Registry::kQpCapacity);
   a.max_qp_wr = limits::kMaxQpWr;
-  a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SYS_IMAGE_GUID |
-                       IBV_DEVICE_PORT_ACTIVE_EVENT;
+  a.device_cap_flags =
+      IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_PORT_ACTIVE_EVENT;
   a.max_sge = limits::kMaxSge;
   a.max_sge_rd = limits::kMaxSge;
   a.max_cq = 16384;
@@ -126,7 +126,9 @@ int query_device_ex_op(ibv_context*, const ibv_query_device_ex_input* input,
 
 }  // namespace
 
-const GidTable& context_gids(ibv_context* context) { return to_ctx(context)->gids; }
+const GidTable& context_gids(ibv_context* context) {
+  return to_ctx(context)->gids;
+}
 
 }  // namespace softrdma
 
@@ -143,13 +145,21 @@ SOFTRDMA_EXPORT ibv_device** ibv_get_device_list(int* num_devices) {
   return list;
 }
 
-SOFTRDMA_EXPORT void ibv_free_device_list(ibv_device** list) { std::free(list); }
+SOFTRDMA_EXPORT void ibv_free_device_list(ibv_device** list) {
+  std::free(list);
+}
 
-SOFTRDMA_EXPORT const char* ibv_get_device_name(ibv_device* device) { return device->name; }
+SOFTRDMA_EXPORT const char* ibv_get_device_name(ibv_device* device) {
+  return device->name;
+}
 
-SOFTRDMA_EXPORT __be64 ibv_get_device_guid(ibv_device*) { return htobe64(host_guid()); }
+SOFTRDMA_EXPORT __be64 ibv_get_device_guid(ibv_device*) {
+  return htobe64(host_guid());
+}
 
-SOFTRDMA_EXPORT int ibv_get_device_index(ibv_device*) { return 0; }
+SOFTRDMA_EXPORT int ibv_get_device_index(ibv_device*) {
+  return 0;
+}
 
 SOFTRDMA_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
   if (device != &the_device().device) {

@@ -1,8 +1,8 @@
 // What softrdma0 reports about itself. The limits are those the engine enforces.
 #pragma once
 
-#include <cstdint>
 #include <infiniband/verbs.h>
+#include <cstdint>
 
 #include "engine/memory_access.hpp"
 #include "engine/registry.hpp"

@@ -50,8 +50,7 @@ SOFTRDMA_EXPORT ssize_t _ibv_query_gid_table(ibv_context* context, ibv_gid_entry
                                              size_t max_entries, uint32_t flags,
                                              size_t entry_size) {
   const GidTable& gids = context_gids(context);
-  if (flags || entry_size < sizeof(ibv_gid_entry) || max_entries < gids.populated())
-    return -EINVAL;
+  if (flags || entry_size < sizeof(ibv_gid_entry) || max_entries < gids.populated()) return -EINVAL;
   for (uint32_t i = 0; i < gids.populated(); ++i) {
     auto* e = reinterpret_cast<ibv_gid_entry*>(reinterpret_cast<char*>(entries) + i * entry_size);
     fill_entry(*e, gids.at(i), i);

@@ -1,10 +1,10 @@
 #include "verbs/gid_table.hpp"
 
-#include <algorithm>
 #include <arpa/inet.h>
-#include <cstring>
 #include <ifaddrs.h>
 #include <netinet/in.h>
+#include <algorithm>
+#include <cstring>
 
 namespace softrdma {
 
@@ -49,7 +49,9 @@ GidTable GidTable::from_host() {
   return t;
 }
 
-Gid GidTable::at(uint32_t index) const { return index < gids_.size() ? gids_[index] : Gid{}; }
+Gid GidTable::at(uint32_t index) const {
+  return index < gids_.size() ? gids_[index] : Gid{};
+}
 
 bool GidTable::contains(const Gid& gid) const {
   return std::find(gids_.begin(), gids_.end(), gid) != gids_.end();

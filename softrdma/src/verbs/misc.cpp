@@ -1,13 +1,13 @@
 // The remaining public verbs: strings, rates, fork support, sysfs access, kernel-struct
 // conversions, and the features softrdma does not offer (they fail with EOPNOTSUPP).
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <fcntl.h>
 #include <infiniband/sa.h>
 #include <rdma/ib_user_sa.h>
 #include <rdma/ib_user_verbs.h>
 #include <unistd.h>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 
 #include "common/export.hpp"
 #include "verbs/objects.hpp"
@@ -15,47 +15,83 @@
 using namespace softrdma;
 
 SOFTRDMA_EXPORT const char* ibv_wc_status_str(ibv_wc_status status) {
-  static const char* const names[] = {
-      "success", "local length error", "local QP operation error", "local EE context operation error",
-      "local protection error", "Work Request Flushed Error", "memory management operation error",
-      "bad response error", "local access error", "remote invalid request error",
-      "remote access error", "remote operation error", "transport retry counter exceeded",
-      "RNR retry counter exceeded", "local RDD violation error", "remote invalid RD request",
-      "aborted error", "invalid EE context number", "invalid EE context state",
-      "fatal error", "response timeout error", "general error", "TM error",
-      "TM rendezvous error"};
+  static const char* const names[] = {"success",
+                                      "local length error",
+                                      "local QP operation error",
+                                      "local EE context operation error",
+                                      "local protection error",
+                                      "Work Request Flushed Error",
+                                      "memory management operation error",
+                                      "bad response error",
+                                      "local access error",
+                                      "remote invalid request error",
+                                      "remote access error",
+                                      "remote operation error",
+                                      "transport retry counter exceeded",
+                                      "RNR retry counter exceeded",
+                                      "local RDD violation error",
+                                      "remote invalid RD request",
+                                      "aborted error",
+                                      "invalid EE context number",
+                                      "invalid EE context state",
+                                      "fatal error",
+                                      "response timeout error",
+                                      "general error",
+                                      "TM error",
+                                      "TM rendezvous error"};
   const auto i = static_cast<size_t>(status);
   return i < sizeof names / sizeof names[0] ? names[i] : "unknown";
 }
 
 SOFTRDMA_EXPORT const char* ibv_event_type_str(ibv_event_type event) {
-  static const char* const names[] = {
-      "CQ error", "local work queue catastrophic error", "invalid request local work queue error",
-      "local access violation work queue error", "communication established",
-      "send queue drained", "path migrated", "path migration request error",
-      "local catastrophic error", "port active", "port error", "LID change", "P_Key change",
-      "SM change", "SRQ catastrophic error", "SRQ limit reached", "last WQE reached",
-      "client reregistration", "GID table change", "WQ fatal"};
+  static const char* const names[] = {"CQ error",
+                                      "local work queue catastrophic error",
+                                      "invalid request local work queue error",
+                                      "local access violation work queue error",
+                                      "communication established",
+                                      "send queue drained",
+                                      "path migrated",
+                                      "path migration request error",
+                                      "local catastrophic error",
+                                      "port active",
+                                      "port error",
+                                      "LID change",
+                                      "P_Key change",
+                                      "SM change",
+                                      "SRQ catastrophic error",
+                                      "SRQ limit reached",
+                                      "last WQE reached",
+                                      "client reregistration",
+                                      "GID table change",
+                                      "WQ fatal"};
   const auto i = static_cast<size_t>(event);
   return i < sizeof names / sizeof names[0] ? names[i] : "unknown";
 }
 
 SOFTRDMA_EXPORT const char* ibv_node_type_str(ibv_node_type type) {
   switch (type) {
-    case IBV_NODE_CA: return "InfiniBand channel adapter";
-    case IBV_NODE_SWITCH: return "InfiniBand switch";
-    case IBV_NODE_ROUTER: return "InfiniBand router";
-    case IBV_NODE_RNIC: return "iWARP NIC";
-    case IBV_NODE_USNIC: return "usNIC";
-    case IBV_NODE_USNIC_UDP: return "usNIC UDP";
-    case IBV_NODE_UNSPECIFIED: return "unspecified";
-    default: return "unknown";
+    case IBV_NODE_CA:
+      return "InfiniBand channel adapter";
+    case IBV_NODE_SWITCH:
+      return "InfiniBand switch";
+    case IBV_NODE_ROUTER:
+      return "InfiniBand router";
+    case IBV_NODE_RNIC:
+      return "iWARP NIC";
+    case IBV_NODE_USNIC:
+      return "usNIC";
+    case IBV_NODE_USNIC_UDP:
+      return "usNIC UDP";
+    case IBV_NODE_UNSPECIFIED:
+      return "unspecified";
+    default:
+      return "unknown";
   }
 }
 
 SOFTRDMA_EXPORT const char* ibv_port_state_str(ibv_port_state state) {
-  static const char* const names[] = {"no state change (NOP)", "down", "init", "armed",
-                                      "active", "active deferred"};
+  static const char* const names[] = {"no state change (NOP)", "down", "init", "armed", "active",
+                                      "active deferred"};
   const auto i = static_cast<size_t>(state);
   return i < sizeof names / sizeof names[0] ? names[i] : "unknown";
 }
@@ -68,16 +104,16 @@ struct RateRow {
   int mbps;
 };
 constexpr RateRow kRates[] = {
-    {IBV_RATE_2_5_GBPS, 1, 2500},       {IBV_RATE_5_GBPS, 2, 5000},
-    {IBV_RATE_10_GBPS, 4, 10000},       {IBV_RATE_20_GBPS, 8, 20000},
-    {IBV_RATE_30_GBPS, 12, 30000},      {IBV_RATE_40_GBPS, 16, 40000},
-    {IBV_RATE_60_GBPS, 24, 60000},      {IBV_RATE_80_GBPS, 32, 80000},
-    {IBV_RATE_120_GBPS, 48, 120000},    {IBV_RATE_14_GBPS, 5, 14062},
-    {IBV_RATE_56_GBPS, 22, 56250},      {IBV_RATE_112_GBPS, 45, 112500},
-    {IBV_RATE_168_GBPS, 67, 168750},    {IBV_RATE_25_GBPS, 10, 25781},
-    {IBV_RATE_100_GBPS, 40, 103125},    {IBV_RATE_200_GBPS, 80, 206250},
-    {IBV_RATE_300_GBPS, 120, 309375},   {IBV_RATE_28_GBPS, 11, 28125},
-    {IBV_RATE_50_GBPS, 20, 53125},      {IBV_RATE_400_GBPS, 160, 425000},
+    {IBV_RATE_2_5_GBPS, 1, 2500},     {IBV_RATE_5_GBPS, 2, 5000},
+    {IBV_RATE_10_GBPS, 4, 10000},     {IBV_RATE_20_GBPS, 8, 20000},
+    {IBV_RATE_30_GBPS, 12, 30000},    {IBV_RATE_40_GBPS, 16, 40000},
+    {IBV_RATE_60_GBPS, 24, 60000},    {IBV_RATE_80_GBPS, 32, 80000},
+    {IBV_RATE_120_GBPS, 48, 120000},  {IBV_RATE_14_GBPS, 5, 14062},
+    {IBV_RATE_56_GBPS, 22, 56250},    {IBV_RATE_112_GBPS, 45, 112500},
+    {IBV_RATE_168_GBPS, 67, 168750},  {IBV_RATE_25_GBPS, 10, 25781},
+    {IBV_RATE_100_GBPS, 40, 103125},  {IBV_RATE_200_GBPS, 80, 206250},
+    {IBV_RATE_300_GBPS, 120, 309375}, {IBV_RATE_28_GBPS, 11, 28125},
+    {IBV_RATE_50_GBPS, 20, 53125},    {IBV_RATE_400_GBPS, 160, 425000},
     {IBV_RATE_600_GBPS, 240, 637500},
 };
 }  // namespace
@@ -107,12 +143,22 @@ SOFTRDMA_EXPORT ibv_rate mbps_to_ibv_rate(int mbps) {
 }
 
 // Registered memory is reached by copies, never by DMA, so fork() needs no preparation.
-SOFTRDMA_EXPORT int ibv_fork_init() { return 0; }
-SOFTRDMA_EXPORT ibv_fork_status ibv_is_fork_initialized() { return IBV_FORK_UNNEEDED; }
-SOFTRDMA_EXPORT int ibv_dontfork_range(void*, size_t) { return 0; }
-SOFTRDMA_EXPORT int ibv_dofork_range(void*, size_t) { return 0; }
+SOFTRDMA_EXPORT int ibv_fork_init() {
+  return 0;
+}
+SOFTRDMA_EXPORT ibv_fork_status ibv_is_fork_initialized() {
+  return IBV_FORK_UNNEEDED;
+}
+SOFTRDMA_EXPORT int ibv_dontfork_range(void*, size_t) {
+  return 0;
+}
+SOFTRDMA_EXPORT int ibv_dofork_range(void*, size_t) {
+  return 0;
+}
 
-SOFTRDMA_EXPORT const char* ibv_get_sysfs_path() { return "/sys"; }
+SOFTRDMA_EXPORT const char* ibv_get_sysfs_path() {
+  return "/sys";
+}
 
 // softrdma0 has no sysfs directory: reads fail as for a missing attribute.
 SOFTRDMA_EXPORT int ibv_read_sysfs_file(const char*, const char*, char*, size_t) {
@@ -120,10 +166,18 @@ SOFTRDMA_EXPORT int ibv_read_sysfs_file(const char*, const char*, char*, size_t)
   return -1;
 }
 
-SOFTRDMA_EXPORT int ibv_attach_mcast(ibv_qp*, const ibv_gid*, uint16_t) { return EOPNOTSUPP; }
-SOFTRDMA_EXPORT int ibv_detach_mcast(ibv_qp*, const ibv_gid*, uint16_t) { return EOPNOTSUPP; }
-SOFTRDMA_EXPORT int ibv_query_ece(ibv_qp*, ibv_ece*) { return EOPNOTSUPP; }
-SOFTRDMA_EXPORT int ibv_set_ece(ibv_qp*, ibv_ece*) { return EOPNOTSUPP; }
+SOFTRDMA_EXPORT int ibv_attach_mcast(ibv_qp*, const ibv_gid*, uint16_t) {
+  return EOPNOTSUPP;
+}
+SOFTRDMA_EXPORT int ibv_detach_mcast(ibv_qp*, const ibv_gid*, uint16_t) {
+  return EOPNOTSUPP;
+}
+SOFTRDMA_EXPORT int ibv_query_ece(ibv_qp*, ibv_ece*) {
+  return EOPNOTSUPP;
+}
+SOFTRDMA_EXPORT int ibv_set_ece(ibv_qp*, ibv_ece*) {
+  return EOPNOTSUPP;
+}
 
 SOFTRDMA_EXPORT ibv_dm* ibv_import_dm(ibv_context*, uint32_t) {
   errno = EOPNOTSUPP;

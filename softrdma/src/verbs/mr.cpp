@@ -1,8 +1,8 @@
 // Memory registration: ibv_reg_mr and its iova forms, ibv_rereg_mr, ibv_dereg_mr.
-#include <cerrno>
-#include <cstdint>
 #include <sys/mman.h>
 #include <unistd.h>
+#include <cerrno>
+#include <cstdint>
 
 #include "common/export.hpp"
 #include "engine/registry.hpp"
@@ -97,8 +97,8 @@ SOFTRDMA_EXPORT int ibv_dereg_mr(ibv_mr* mr) {
 
 SOFTRDMA_EXPORT int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length,
                                  int access) {
-  constexpr int kKnown = IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD |
-                         IBV_REREG_MR_CHANGE_ACCESS;
+  constexpr int kKnown =
+      IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD | IBV_REREG_MR_CHANGE_ACCESS;
   if (flags == 0 || (flags & ~kKnown)) {
     errno = EINVAL;
     return IBV_REREG_MR_ERR_INPUT;

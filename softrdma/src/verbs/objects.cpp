@@ -9,7 +9,9 @@ namespace {
 std::atomic<Qp*> g_local_qps[Registry::kQpCapacity];
 }  // namespace
 
-int eventfd_for_channel() { return eventfd(0, EFD_SEMAPHORE | EFD_CLOEXEC); }
+int eventfd_for_channel() {
+  return eventfd(0, EFD_SEMAPHORE | EFD_CLOEXEC);
+}
 
 PeerArena& self_peer() {
   // Re-resolved per call: a forked child has a new identity and arena.

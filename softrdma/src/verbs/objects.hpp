@@ -2,12 +2,12 @@
 // as its first member, so the application's pointer converts back to ours.
 #pragma once
 
+#include <infiniband/verbs.h>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
-#include <infiniband/verbs.h>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -124,21 +124,37 @@ struct Qp {
 
   // Requester state.
   std::mutex sq_mutex;
-  uint64_t next_seq = 0;                // sequence number of the next posted WR
+  uint64_t next_seq = 0;                 // sequence number of the next posted WR
   std::atomic<uint64_t> retired_seq{0};  // WRs below this have been retired by poll_cq
   std::deque<SendWork> blocked;          // WRs waiting for the peer (RNR, no answer)
   TargetQp peer;                         // RC: the connected QP, resolved on first use
   bool peer_on_this_host = true;         // RC: decided at RTR from the destination GID
 };
 
-inline Context* to_ctx(ibv_context* c) { return reinterpret_cast<Context*>(verbs_get_ctx(c)); }
-inline Pd* to_pd(ibv_pd* p) { return reinterpret_cast<Pd*>(p); }
-inline Mr* to_mr(ibv_mr* m) { return reinterpret_cast<Mr*>(m); }
-inline Cq* to_cq(ibv_cq* c) { return reinterpret_cast<Cq*>(c); }
-inline Channel* to_channel(ibv_comp_channel* c) { return reinterpret_cast<Channel*>(c); }
-inline Srq* to_srq(ibv_srq* s) { return reinterpret_cast<Srq*>(s); }
-inline Ah* to_ah(ibv_ah* a) { return reinterpret_cast<Ah*>(a); }
-inline Qp* to_qp(ibv_qp* q) { return reinterpret_cast<Qp*>(q); }
+inline Context* to_ctx(ibv_context* c) {
+  return reinterpret_cast<Context*>(verbs_get_ctx(c));
+}
+inline Pd* to_pd(ibv_pd* p) {
+  return reinterpret_cast<Pd*>(p);
+}
+inline Mr* to_mr(ibv_mr* m) {
+  return reinterpret_cast<Mr*>(m);
+}
+inline Cq* to_cq(ibv_cq* c) {
+  return reinterpret_cast<Cq*>(c);
+}
+inline Channel* to_channel(ibv_comp_channel* c) {
+  return reinterpret_cast<Channel*>(c);
+}
+inline Srq* to_srq(ibv_srq* s) {
+  return reinterpret_cast<Srq*>(s);
+}
+inline Ah* to_ah(ibv_ah* a) {
+  return reinterpret_cast<Ah*>(a);
+}
+inline Qp* to_qp(ibv_qp* q) {
+  return reinterpret_cast<Qp*>(q);
+}
 
 /// A completion-channel or async-event fd: an eventfd counting one per event.
 int eventfd_for_channel();

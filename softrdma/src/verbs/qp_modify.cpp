@@ -44,15 +44,15 @@ constexpr Rule rule(ibv_qp_state from, ibv_qp_state to) {
         return {true,
                 IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
                     IBV_QP_MAX_QP_RD_ATOMIC,
-                IBV_QP_CUR_STATE | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS |
-                    IBV_QP_MIN_RNR_TIMER | IBV_QP_PATH_MIG_STATE,
+                IBV_QP_CUR_STATE | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_MIN_RNR_TIMER |
+                    IBV_QP_PATH_MIG_STATE,
                 IBV_QP_SQ_PSN, IBV_QP_CUR_STATE | IBV_QP_QKEY};
       break;
     case IBV_QPS_RTS:
       if (to == IBV_QPS_RTS)
         return {true, 0,
-                IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_ALT_PATH |
-                    IBV_QP_PATH_MIG_STATE | IBV_QP_MIN_RNR_TIMER,
+                IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE |
+                    IBV_QP_MIN_RNR_TIMER,
                 0, IBV_QP_CUR_STATE | IBV_QP_QKEY};
       if (to == IBV_QPS_SQD)
         return {true, 0, IBV_QP_EN_SQD_ASYNC_NOTIFY, 0, IBV_QP_EN_SQD_ASYNC_NOTIFY};
@@ -60,8 +60,8 @@ constexpr Rule rule(ibv_qp_state from, ibv_qp_state to) {
     case IBV_QPS_SQD:
       if (to == IBV_QPS_RTS)
         return {true, 0,
-                IBV_QP_CUR_STATE | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS |
-                    IBV_QP_MIN_RNR_TIMER | IBV_QP_PATH_MIG_STATE,
+                IBV_QP_CUR_STATE | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_MIN_RNR_TIMER |
+                    IBV_QP_PATH_MIG_STATE,
                 0, IBV_QP_CUR_STATE | IBV_QP_QKEY};
       if (to == IBV_QPS_SQD)
         return {true, 0,
@@ -81,9 +81,8 @@ constexpr Rule rule(ibv_qp_state from, ibv_qp_state to) {
   return {};
 }
 
-constexpr int kKnownAccess =
-    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-    IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND;
+constexpr int kKnownAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                             IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND;
 
 int check_values(const Qp& q, const ibv_qp_attr& a, int mask) {
   if ((mask & IBV_QP_PORT) && a.port_num != limits::kPortNum) return EINVAL;
@@ -101,8 +100,7 @@ int check_values(const Qp& q, const ibv_qp_attr& a, int mask) {
   if ((mask & IBV_QP_DEST_QPN) && a.dest_qp_num >= (1u << 24)) return EINVAL;
   if (mask & IBV_QP_AV) {
     if (a.ah_attr.port_num != limits::kPortNum) return EINVAL;
-    if (a.ah_attr.is_global && a.ah_attr.grh.sgid_index >= q.ctx->gids.populated())
-      return EINVAL;
+    if (a.ah_attr.is_global && a.ah_attr.grh.sgid_index >= q.ctx->gids.populated()) return EINVAL;
   }
   return 0;
 }

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs what rdmakit needs to build and test on Debian 12 (root or sudo).
+set -euo pipefail
+packages=(
+  build-essential cmake ninja-build ccache python3 pkg-config git
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libibverbs-dev librdmacm-dev
+  ibverbs-utils rdmacm-utils perftest python3-pyverbs
+  ucx-utils libfabric-bin iperf3 iproute2 procps
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -q
+  $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi

@@ -1,0 +1,114 @@
+#include "support/subprocess.hpp"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace rdmakit::testing {
+
+std::string Exit::describe() const {
+  std::ostringstream s;
+  if (timed_out)
+    s << "timed out";
+  else if (signal)
+    s << "killed by signal " << signal;
+  else
+    s << "exit code " << code;
+  s << "\n--- output ---\n" << output;
+  return s.str();
+}
+
+Process::Process(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env) {
+  char path[] = "/tmp/rdmakit-test-XXXXXX";
+  int fd = mkstemp(path);
+  output_path_ = path;
+  pid_ = fork();
+  if (pid_ == 0) {
+    dup2(fd, STDOUT_FILENO);
+    dup2(fd, STDERR_FILENO);
+    int devnull = open("/dev/null", O_RDONLY);
+    dup2(devnull, STDIN_FILENO);
+    setpgid(0, 0);  // own process group: the whole tree is killed on timeout
+    for (const std::string& kv : extra_env) putenv(strdup(kv.c_str()));
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execvp(args[0], args.data());
+    std::fprintf(stderr, "exec %s: %s\n", args[0], std::strerror(errno));
+    _exit(127);
+  }
+  close(fd);
+}
+
+Process::~Process() {
+  if (!reaped_ && pid_ > 0) {
+    kill(-pid_, SIGKILL);
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+  unlink(output_path_.c_str());
+}
+
+Exit Process::wait(std::chrono::milliseconds limit) {
+  Exit e;
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  int status = 0;
+  for (;;) {
+    pid_t r = waitpid(pid_, &status, WNOHANG);
+    if (r == pid_) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      e.timed_out = true;
+      kill(-pid_, SIGKILL);
+      kill(pid_, SIGKILL);
+      waitpid(pid_, &status, 0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  reaped_ = true;
+  if (!e.timed_out) {
+    if (WIFEXITED(status)) e.code = WEXITSTATUS(status);
+    if (WIFSIGNALED(status)) e.signal = WTERMSIG(status);
+  }
+  std::ifstream in(output_path_);
+  std::ostringstream text;
+  text << in.rdbuf();
+  e.output = text.str();
+  return e;
+}
+
+Exit run(const std::vector<std::string>& argv, std::chrono::milliseconds limit,
+         const std::vector<std::string>& extra_env) {
+  Process p(argv, extra_env);
+  return p.wait(limit);
+}
+
+int free_tcp_port() {
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
+  close(s);
+  return ntohs(a.sin_port);
+}
+
+std::vector<std::string> words(const std::string& s) {
+  std::vector<std::string> out;
+  std::istringstream in(s);
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
+}  // namespace rdmakit::testing
