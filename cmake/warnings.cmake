@@ -2,7 +2,7 @@
 add_library(rdmakit_warnings INTERFACE)
 target_compile_options(rdmakit_warnings INTERFACE
   -Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wno-sign-conversion
-  -Wnon-virtual-dtor -Wold-style-cast -Wcast-align -Wnull-dereference
+  -Wnon-virtual-dtor -Wold-style-cast -Wcast-align
   $<$<BOOL:${RDMAKIT_WERROR}>:-Werror>)
 
 if(RDMAKIT_SANITIZE)

@@ -77,7 +77,7 @@ INSTANTIATE_TEST_SUITE_P(
                       PairCase{"read_lat_all_sizes", "ib_read_lat", "-a -n 100"},
                       PairCase{"send_lat_all_sizes", "ib_send_lat", "-a -n 100"},
                       PairCase{"atomic_lat", "ib_atomic_lat", "-n 2000"},
-                      PairCase{"write_bw_events", "ib_write_bw", "-e -s 65536 -n 500"},
+                      PairCase{"send_lat_events", "ib_send_lat", "-e -s 4096 -n 500"},
                       PairCase{"send_bw_events", "ib_send_bw", "-e -s 4096 -n 500"}),
     case_name);
 

@@ -47,20 +47,23 @@ TEST_P(Loader, EveryBinaryStarts) {
   }
 }
 
+std::string package_test_name(const ::testing::TestParamInfo<std::string>& info) {
+  std::string n = info.param;
+  for (char& ch : n)
+    if (ch == '-') ch = '_';
+  return n;
+}
+
 INSTANTIATE_TEST_SUITE_P(Packages, Loader,
                          ::testing::Values("ibverbs-utils", "rdmacm-utils", "perftest"),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& ch : n)
-                             if (ch == '-') ch = '_';
-                           return n;
-                         });
+                         package_test_name);
 
 TEST(Loader, ProviderLibrariesLoadBesideSoftrdma) {
   // perftest has DT_NEEDED on the system libmlx5/libefa, which import IBVERBS_PRIVATE_<N>.
   auto e = rdmakit::testing::run({SOFTRDMA_RUN, "ib_write_bw", "--version"}, 5s);
   EXPECT_FALSE(loader_failed(e.output)) << e.describe();
-  EXPECT_TRUE(e.ok()) << e.describe();
+  // perftest prints its version from main() (and exits 1): main() was reached.
+  EXPECT_NE(e.output.find("Version:"), std::string::npos) << e.describe();
 }
 
 TEST(Loader, DevicesListsSoftrdma0) {

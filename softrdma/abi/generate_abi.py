@@ -92,7 +92,7 @@ def write_private_stubs(path, rows, private_node):
             if version != private_node or not default or name in HAND_WRITTEN_PRIVATE:
                 continue
             if kind == "OBJECT":
-                out.write("SOFTRDMA_EXPORT bool %s = false;\n" % name)
+                out.write('extern "C" {\n__attribute__((visibility("default"))) bool %s = false;\n}\n' % name)
             elif name.startswith("verbs_register_driver"):
                 out.write("// Providers register themselves at load time; accepted and ignored.\n")
                 out.write("SOFTRDMA_EXPORT void %s(const void*) {}\n" % name)

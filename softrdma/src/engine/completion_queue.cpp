@@ -37,7 +37,7 @@ bool cq_push(PeerArena& owner, CqShared* cq, const CqEntry& entry, bool solicite
         async_push(owner, cq->context_offset, IBV_EVENT_CQ_ERR, cq->owner_handle);
       return false;
     }
-    cq->entries[tail & (cq->capacity - 1)] = entry;
+    cq->entries()[tail & (cq->capacity - 1)] = entry;
     cq->tail.store(tail + 1, std::memory_order_release);
   }
   const uint32_t armed = cq->armed.load(std::memory_order_acquire);
@@ -55,7 +55,7 @@ int cq_take(CqShared* cq, CqEntry* out, int max) {
   while (n < max) {
     uint64_t head = cq->head.load(std::memory_order_relaxed);
     if (head == cq->tail.load(std::memory_order_acquire)) break;
-    out[n] = cq->entries[head & (cq->capacity - 1)];
+    out[n] = cq->entries()[head & (cq->capacity - 1)];
     // Several owner threads may poll one CQ: the CAS decides who consumed the entry.
     if (cq->head.compare_exchange_weak(head, head + 1, std::memory_order_acq_rel)) ++n;
   }

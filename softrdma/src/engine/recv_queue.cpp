@@ -28,7 +28,7 @@ int recv_queue_post(RecvQueueShared* rq, const ibv_recv_wr& wr) {
   RecvWqe* w = rq->wqe(rq->tail);
   w->wr_id = wr.wr_id;
   w->num_sge = static_cast<uint32_t>(wr.num_sge);
-  if (wr.num_sge) std::memcpy(w->sge, wr.sg_list, sizeof(ibv_sge) * wr.num_sge);
+  if (wr.num_sge) std::memcpy(w->sge(), wr.sg_list, sizeof(ibv_sge) * wr.num_sge);
   ++rq->tail;
   return 0;
 }

@@ -106,7 +106,7 @@ ResponderReply deliver_to_receive(TargetQp& t, const InboundRequest& r) {
     }
     RecvWqe* w = rq->wqe(rq->head);
     wr_id = w->wr_id;
-    dest_ok = write_imm || pin_sge_list(dest, w->sge, static_cast<int>(w->num_sge), t.owner(),
+    dest_ok = write_imm || pin_sge_list(dest, w->sge(), static_cast<int>(w->num_sge), t.owner(),
                                         rq->pd_id, IBV_ACCESS_LOCAL_WRITE);
     ++rq->head;
     if (rq->is_srq && rq->limit && rq->tail - rq->head < rq->limit) {

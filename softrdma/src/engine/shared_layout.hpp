@@ -41,8 +41,11 @@ struct CqShared {
   int32_t channel_eventfd;               // -1 without a completion channel
   uint64_t context_offset;               // ContextShared of the owner, for async events
   uint64_t owner_handle;                 // the owner's struct ibv_cq*, for async events
-  CqEntry entries[];
+
+  // The ring follows the header.
+  CqEntry* entries() { return reinterpret_cast<CqEntry*>(this + 1); }
 };
+static_assert(sizeof(CqShared) % alignof(CqEntry) == 0);
 
 enum CqArm : uint32_t { kCqDisarmed = 0, kCqArmedAll = 1, kCqArmedSolicited = 2 };
 
@@ -50,7 +53,9 @@ struct RecvWqe {
   uint64_t wr_id;
   uint32_t num_sge;
   uint32_t pad;
-  ibv_sge sge[];
+
+  // num_sge entries follow.
+  ibv_sge* sge() { return reinterpret_cast<ibv_sge*>(this + 1); }
 };
 
 /// A receive queue (a QP's own, or a shared receive queue).
@@ -67,10 +72,11 @@ struct RecvQueueShared {
   uint32_t pad;
   uint64_t context_offset;
   uint64_t owner_handle;  // the owner's struct ibv_srq*, for the limit event
-  alignas(64) char wqes[];
 
+  // `capacity` entries of `stride` bytes follow the header.
   RecvWqe* wqe(uint64_t index) {
-    return reinterpret_cast<RecvWqe*>(wqes + (index % capacity) * stride);
+    return reinterpret_cast<RecvWqe*>(reinterpret_cast<char*>(this + 1) +
+                                      (index % capacity) * stride);
   }
 };
 

@@ -141,9 +141,9 @@ SOFTRDMA_EXPORT int ibv_resize_cq(ibv_cq* cq, int cqe) {
   if (tail - head > capacity) return EINVAL;
   // Re-lay the waiting completions out for the new mask; positions keep their numbers.
   std::vector<CqEntry> waiting;
-  for (uint64_t i = head; i < tail; ++i) waiting.push_back(s->entries[i & (s->capacity - 1)]);
+  for (uint64_t i = head; i < tail; ++i) waiting.push_back(s->entries()[i & (s->capacity - 1)]);
   s->capacity = capacity;
-  for (uint64_t i = head; i < tail; ++i) s->entries[i & (capacity - 1)] = waiting[i - head];
+  for (uint64_t i = head; i < tail; ++i) s->entries()[i & (capacity - 1)] = waiting[i - head];
   cq->cqe = static_cast<int>(capacity);
   return 0;
 }
