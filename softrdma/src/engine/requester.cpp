@@ -6,115 +6,33 @@
 #include "engine/completion_queue.hpp"
 #include "engine/progress.hpp"
 #include "engine/responder.hpp"
+#include "engine/send_completion.hpp"
+#include "engine/transmit.hpp"
 #include "verbs/device_limits.hpp"
 
 namespace softrdma {
 namespace {
 
-using std::chrono::microseconds;
 using Kind = ResponderReply::Kind;
 
-enum class Outcome { kCompleted, kBlocked };
-
-// IBTA table of RNR NAK timer values, in microseconds; index 0 is the longest.
-constexpr uint32_t kRnrDelayUs[32] = {655360, 10,    20,    30,     40,     60,     80,     120,
-                                      160,    240,   320,   480,    640,    960,    1280,   1920,
-                                      2560,   3840,  5120,  7680,   10240,  15360,  20480,  30720,
-                                      40960,  61440, 81920, 122880, 163840, 245760, 327680, 491520};
-
-// Local ACK timeout: 4.096 us * 2^timeout; 0 means wait forever.
-Clock::duration ack_timeout(uint8_t timeout) {
-  return std::chrono::nanoseconds(4096ll << std::min<uint8_t>(timeout, 31));
-}
-
-ibv_wc_opcode wc_opcode(ibv_wr_opcode op) {
-  switch (op) {
-    case IBV_WR_RDMA_WRITE:
-    case IBV_WR_RDMA_WRITE_WITH_IMM:
-      return IBV_WC_RDMA_WRITE;
-    case IBV_WR_RDMA_READ:
-      return IBV_WC_RDMA_READ;
-    case IBV_WR_ATOMIC_CMP_AND_SWP:
-      return IBV_WC_COMP_SWAP;
-    case IBV_WR_ATOMIC_FETCH_AND_ADD:
-      return IBV_WC_FETCH_ADD;
-    default:
-      return IBV_WC_SEND;
-  }
-}
-
-bool is_atomic(ibv_wr_opcode op) {
-  return op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD;
-}
-
-bool signaled(const Qp& qp, const SendWork& w) {
-  return qp.sq_sig_all || (w.send_flags & IBV_SEND_SIGNALED);
-}
-
-uint64_t payload_length(const SendWork& w) {
-  if (!w.inline_data.empty()) return w.inline_data.size();
-  uint64_t n = 0;
-  for (int i = 0; i < w.num_sge; ++i) n += w.sge[i].length;
-  return n;
-}
-
-void complete(Qp& qp, const SendWork& w, ibv_wc_status status) {
-  // Errors always complete; successes only when signalled (later ones retire the rest).
-  if (status == IBV_WC_SUCCESS && !signaled(qp, w)) return;
-  CqEntry e{};
-  e.wr_id = w.wr_id;
-  e.status = status;
-  e.opcode = wc_opcode(w.opcode);
-  e.qp_num = qp.qpx.qp_base.qp_num;
-  if (w.opcode == IBV_WR_RDMA_READ || is_atomic(w.opcode))
-    e.byte_len = static_cast<uint32_t>(is_atomic(w.opcode) ? 8 : payload_length(w));
-  e.send_seq = w.seq;
-  cq_push(self_peer(), qp.send_cq->shared, e, true);
-}
-
-void fail(Qp& qp, const SendWork& w, ibv_wc_status status) {
-  complete(qp, w, status);
-  qp_enter_error(self_peer(), qp.shared, 0);
-}
-
-bool find_peer(Qp& qp, const SendWork& w, TargetQp& scratch, TargetQp*& target) {
+// RC: the connected QP (resolved once); UD: the QP the address handle names.
+bool find_local_peer(Qp& qp, const SendWork& w, TargetQp& scratch, TargetQp*& target) {
   if (qp.qpx.qp_base.qp_type == IBV_QPT_UD) {
     target = &scratch;
     return resolve_local_qp(w.remote_qpn, scratch);
   }
   target = &qp.peer;
   if (qp.peer.slot && qp.peer.current()) return true;
-  return qp.peer_on_this_host && resolve_local_qp(qp.attr.dest_qp_num, qp.peer);
+  return resolve_local_qp(qp.attr.dest_qp_num, qp.peer);
 }
 
-Outcome execute(Qp& qp, SendWork& w) {
+// Runs the responder for a destination on this host, in this thread.
+Outcome execute_here(Qp& qp, SendWork& w, const iovec* iov, int count, uint64_t length) {
   const bool ud = qp.qpx.qp_base.qp_type == IBV_QPT_UD;
-  // Gather the local side: inline bytes, or registered memory checked against our PD.
-  PinnedRanges local;
-  iovec inline_iov{w.inline_data.data(), w.inline_data.size()};
-  const iovec* iov = &inline_iov;
-  int iov_count = w.inline_data.empty() ? 0 : 1;
-  if (w.inline_data.empty() && !(w.send_flags & IBV_SEND_INLINE)) {
-    const uint32_t need =
-        (w.opcode == IBV_WR_RDMA_READ || is_atomic(w.opcode)) ? IBV_ACCESS_LOCAL_WRITE : 0;
-    if (!pin_sge_list(local, w.sge, w.num_sge, self_process(), qp.pd_id, need)) {
-      fail(qp, w, IBV_WC_LOC_PROT_ERR);
-      return Outcome::kCompleted;
-    }
-    iov = local.iov();
-    iov_count = local.count();
-  }
-  const uint64_t length = is_atomic(w.opcode) ? sizeof(uint64_t) : payload_length(w);
-  if (length > limits::kMaxMsgSize || (ud && length > limits::kMtuBytes) ||
-      (is_atomic(w.opcode) && payload_length(w) < sizeof(uint64_t))) {
-    fail(qp, w, IBV_WC_LOC_LEN_ERR);
-    return Outcome::kCompleted;
-  }
-
   TargetQp scratch;
   TargetQp* target = nullptr;
   ResponderReply reply{Kind::kNoAnswer, IBV_WC_SUCCESS, 0};
-  if (find_peer(qp, w, scratch, target)) {
+  if (find_local_peer(qp, w, scratch, target)) {
     InboundRequest r;
     r.opcode = w.opcode;
     r.qp_type = qp.qpx.qp_base.qp_type;
@@ -131,7 +49,7 @@ Outcome execute(Qp& qp, SendWork& w) {
     r.swap = w.swap;
     r.qkey = w.remote_qkey;
     r.local = iov;
-    r.local_count = iov_count;
+    r.local_count = count;
     r.length = length;
     reply = respond(*target, r);
   } else if (ud) {
@@ -146,40 +64,46 @@ Outcome execute(Qp& qp, SendWork& w) {
       else
         fail(qp, w, reply.status);
       return Outcome::kCompleted;
-    case Kind::kRnr: {
-      const uint8_t budget = qp.attr.rnr_retry;  // 7 = retry forever
-      if (budget != 7 && w.rnr_attempts >= budget) {
-        fail(qp, w, IBV_WC_RNR_RETRY_EXC_ERR);
-        return Outcome::kCompleted;
-      }
-      ++w.rnr_attempts;
-      w.next_attempt = now + microseconds(kRnrDelayUs[reply.rnr_timer & 31]);
-      return Outcome::kBlocked;
-    }
-    case Kind::kNoAnswer: {
-      const auto interval = ack_timeout(qp.attr.timeout);
-      if (w.give_up == Clock::time_point{})
-        w.give_up = qp.attr.timeout == 0 ? Clock::time_point::max()
-                                         : now + interval * (qp.attr.retry_cnt + 1);
-      if (now >= w.give_up) {
-        fail(qp, w, IBV_WC_RETRY_EXC_ERR);
-        return Outcome::kCompleted;
-      }
-      w.next_attempt = now + std::min<Clock::duration>(interval, std::chrono::milliseconds(10));
-      return Outcome::kBlocked;
-    }
+    case Kind::kRnr:
+      return rnr_exhausted(qp, w, reply.rnr_timer, now) ? Outcome::kCompleted : Outcome::kBlocked;
+    case Kind::kNoAnswer:
+      return retries_exhausted(qp, w, now) ? Outcome::kCompleted : Outcome::kBlocked;
   }
   return Outcome::kCompleted;
 }
 
-void flush_one(Qp& qp, const SendWork& w) {
-  CqEntry e{};
-  e.wr_id = w.wr_id;
-  e.status = IBV_WC_WR_FLUSH_ERR;
-  e.opcode = wc_opcode(w.opcode);
-  e.qp_num = qp.qpx.qp_base.qp_num;
-  e.send_seq = w.seq;
-  cq_push(self_peer(), qp.send_cq->shared, e, true);
+Outcome execute(Qp& qp, SendWork& w) {
+  const bool ud = qp.qpx.qp_base.qp_type == IBV_QPT_UD;
+  // Gather the local side: inline bytes, or registered memory checked against our PD.
+  PinnedRanges local;
+  iovec inline_iov[kMaxSge];
+  const iovec* iov = inline_iov;
+  int count = 0;
+  if (!w.inline_data.empty()) {
+    inline_iov[count++] = iovec{w.inline_data.data(), w.inline_data.size()};
+  } else if (w.send_flags & IBV_SEND_INLINE) {
+    // Executed at post time: the application's buffers still hold the inline bytes.
+    for (int i = 0; i < w.num_sge; ++i)
+      if (w.sge[i].length)
+        inline_iov[count++] = iovec{reinterpret_cast<void*>(w.sge[i].addr), w.sge[i].length};
+  } else {
+    const uint32_t need =
+        (w.opcode == IBV_WR_RDMA_READ || is_atomic(w.opcode)) ? IBV_ACCESS_LOCAL_WRITE : 0;
+    if (!pin_sge_list(local, w.sge, w.num_sge, self_process(), qp.pd_id, need)) {
+      fail(qp, w, IBV_WC_LOC_PROT_ERR);
+      return Outcome::kCompleted;
+    }
+    iov = local.iov();
+    count = local.count();
+  }
+  const uint64_t length = is_atomic(w.opcode) ? sizeof(uint64_t) : payload_length(w);
+  if (length > limits::kMaxMsgSize || (ud && length > limits::kMtuBytes) ||
+      (is_atomic(w.opcode) && payload_length(w) < sizeof(uint64_t))) {
+    fail(qp, w, IBV_WC_LOC_LEN_ERR);
+    return Outcome::kCompleted;
+  }
+  if (destination_is_remote(qp, w)) return transmit(qp, w, iov, count, length);
+  return execute_here(qp, w, iov, count, length);
 }
 
 SendWork make_work(const Qp& qp, const ibv_send_wr& wr) {
@@ -261,7 +185,10 @@ int requester_post(Qp& qp, const ibv_send_wr& wr) {
     flush_one(qp, w);
     return 0;
   }
-  if (qp.blocked.empty() && state == IBV_QPS_RTS && execute(qp, w) == Outcome::kCompleted) return 0;
+  if (qp.blocked.empty() && state == IBV_QPS_RTS) {
+    const Outcome o = execute(qp, w);
+    if (o != Outcome::kBlocked) return 0;
+  }
   capture_inline(w);
   const auto when = w.next_attempt;
   qp.blocked.push_back(std::move(w));
@@ -271,23 +198,29 @@ int requester_post(Qp& qp, const ibv_send_wr& wr) {
 
 std::optional<Clock::time_point> requester_progress(Qp& qp) {
   std::lock_guard lock(qp.sq_mutex);
+  const auto now = Clock::now();
+  std::optional<Clock::time_point> next = expire_inflight(qp, now);
   while (!qp.blocked.empty()) {
     const uint32_t state = qp.shared->state.load(std::memory_order_acquire);
     if (state == IBV_QPS_ERR || state == IBV_QPS_SQE) {
-      for (const SendWork& w : qp.blocked) flush_one(qp, w);
-      qp.blocked.clear();
-      break;
+      requester_flush(qp);
+      return std::nullopt;
     }
-    if (state != IBV_QPS_RTS) return Clock::now() + std::chrono::milliseconds(1);  // SQD
+    if (state != IBV_QPS_RTS) return now + std::chrono::milliseconds(1);  // SQD: hold
     SendWork& w = qp.blocked.front();
-    if (Clock::now() < w.next_attempt) return w.next_attempt;
-    if (execute(qp, w) == Outcome::kBlocked) return w.next_attempt;
+    if (now < w.next_attempt) return next ? std::min(*next, w.next_attempt) : w.next_attempt;
+    const Outcome o = execute(qp, w);
+    if (o == Outcome::kBlocked) return next ? std::min(*next, w.next_attempt) : w.next_attempt;
     qp.blocked.pop_front();
+    if (!next) next = expire_inflight(qp, now);
   }
-  return std::nullopt;
+  if (qp.shared->state.load() == IBV_QPS_ERR) requester_flush(qp);
+  return next;
 }
 
 void requester_flush(Qp& qp) {
+  for (const SendWork& w : qp.inflight) flush_one(qp, w);
+  qp.inflight.clear();
   for (const SendWork& w : qp.blocked) flush_one(qp, w);
   qp.blocked.clear();
 }

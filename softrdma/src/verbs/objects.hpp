@@ -14,9 +14,14 @@
 
 #include "engine/arena.hpp"
 #include "engine/memory_access.hpp"
+#include "engine/registry.hpp"
 #include "engine/responder.hpp"
 #include "engine/shared_layout.hpp"
 #include "verbs/gid_table.hpp"
+
+namespace softrdma::wire {
+class Link;
+}
 
 namespace softrdma {
 
@@ -102,6 +107,10 @@ struct SendWork {
   uint32_t rnr_attempts = 0;
   std::chrono::steady_clock::time_point next_attempt{};
   std::chrono::steady_clock::time_point give_up{};  // set while the peer does not answer
+  // TCP transport: position in the QP's request stream, and the connection it went out on.
+  uint32_t psn = 0;
+  bool has_psn = false;
+  std::shared_ptr<wire::Link> link;
 };
 
 struct Qp {
@@ -127,8 +136,10 @@ struct Qp {
   uint64_t next_seq = 0;                 // sequence number of the next posted WR
   std::atomic<uint64_t> retired_seq{0};  // WRs below this have been retired by poll_cq
   std::deque<SendWork> blocked;          // WRs waiting for the peer (RNR, no answer)
-  TargetQp peer;                         // RC: the connected QP, resolved on first use
-  bool peer_on_this_host = true;         // RC: decided at RTR from the destination GID
+  std::deque<SendWork> inflight;         // TCP: sent, answer not yet received
+  uint32_t next_psn = 0;
+  TargetQp peer;                  // RC: the connected QP, resolved on first use
+  bool peer_on_this_host = true;  // RC: decided at RTR from the destination GID
 };
 
 inline Context* to_ctx(ibv_context* c) {
@@ -165,5 +176,11 @@ PeerArena& self_peer();
 /// Local QPs by number, for send-queue retirement in poll_cq.
 void local_qp_set(uint32_t qpn, Qp* qp);
 Qp* local_qp(uint32_t qpn);
+/// Calls `fn` for every QP of this process (slow: for rare events such as a lost link).
+template <typename Fn>
+void for_each_local_qp(Fn fn) {
+  for (uint32_t i = 0; i < Registry::kQpCapacity; ++i)
+    if (Qp* qp = local_qp(Registry::kFirstQpn + i)) fn(*qp);
+}
 
 }  // namespace softrdma

@@ -174,6 +174,7 @@ SOFTRDMA_EXPORT int ibv_destroy_qp(ibv_qp* qp) {
   q->shared->state.store(IBV_QPS_RESET);
   Registry::instance().release_qpn(qp->qp_num);  // waits for peers inside the QP
   local_qp_set(qp->qp_num, nullptr);
+  { std::lock_guard drain(q->sq_mutex); }  // a TCP answer being handled finishes first
   q->send_cq->users.fetch_sub(1);
   q->recv_cq->users.fetch_sub(1);
   if (q->srq) q->srq->users.fetch_sub(1);

@@ -8,6 +8,7 @@
 #include "engine/responder.hpp"
 #include "verbs/device_limits.hpp"
 #include "verbs/objects.hpp"
+#include "wire/listener.hpp"
 
 using namespace softrdma;
 
@@ -174,6 +175,8 @@ SOFTRDMA_EXPORT int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
     std::lock_guard sq(q.sq_mutex);
     requester_flush(q);
   } else {
+    // From RTR on, peers on other hosts may send to this QP over TCP.
+    if (next == IBV_QPS_RTR) wire::ensure_listening();
     q.shared->state.store(next);
   }
   q.attr.qp_state = next;

@@ -1,0 +1,181 @@
+// The requester over TCP: sending requests, matching answers, go-back-N after an RNR or a
+// lost connection, and the ACK timeout of requests in flight.
+#include <cstring>
+
+#include "engine/progress.hpp"
+#include "engine/send_completion.hpp"
+#include "engine/transmit.hpp"
+#include "wire/link.hpp"
+
+namespace softrdma {
+namespace {
+
+const uint8_t* destination_gid(const Qp& qp, const SendWork& w) {
+  return qp.qpx.qp_base.qp_type == IBV_QPT_UD ? w.dgid.data() : qp.attr.ah_attr.grh.dgid.raw;
+}
+
+wire::Request make_request(const Qp& qp, const SendWork& w, uint64_t length) {
+  wire::Request h{};
+  h.magic = wire::kMagic;
+  h.kind = wire::Kind::kRequest;
+  h.opcode = static_cast<uint8_t>(w.opcode);
+  h.qp_type = static_cast<uint8_t>(qp.qpx.qp_base.qp_type);
+  h.flags = static_cast<uint8_t>(
+      ((w.send_flags & IBV_SEND_SOLICITED) ? wire::kSolicited : 0) |
+      ((w.opcode == IBV_WR_SEND_WITH_IMM || w.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) ? wire::kHasImm
+                                                                                    : 0));
+  h.dest_qpn = qp.qpx.qp_base.qp_type == IBV_QPT_UD ? w.remote_qpn : qp.attr.dest_qp_num;
+  h.src_qpn = qp.qpx.qp_base.qp_num;
+  h.psn = w.psn;
+  h.imm_data = w.imm_data;
+  h.rkey = w.rkey;
+  h.qkey = w.remote_qkey;
+  h.remote_addr = w.remote_addr;
+  h.compare_add = w.compare_add;
+  h.swap = w.swap;
+  h.length = length;
+  h.payload_len = wire::carries_payload(h.opcode) ? length : 0;
+  const Gid sgid = qp.ctx->gids.at(qp.attr.ah_attr.grh.sgid_index);
+  std::memcpy(h.src_gid, sgid.data(), 16);
+  std::memcpy(h.dst_gid, destination_gid(qp, w), 16);
+  return h;
+}
+
+// Puts `w` and everything sent after it back in front of the blocked work, in order: the
+// responder refuses requests that follow one it did not execute.
+void go_back(Qp& qp, SendWork&& w) {
+  std::deque<SendWork> again;
+  again.push_back(std::move(w));
+  for (SendWork& later : qp.inflight) {
+    later.next_attempt = again.front().next_attempt;
+    again.push_back(std::move(later));
+  }
+  qp.inflight.clear();
+  for (SendWork& b : qp.blocked) again.push_back(std::move(b));
+  qp.blocked = std::move(again);
+  progress_schedule(&qp, qp.blocked.front().next_attempt);
+}
+
+// READ data and atomic results land in the requester's own registered buffers.
+bool deliver_result(Qp& qp, const SendWork& w, const std::vector<char>& payload) {
+  PinnedRanges dest;
+  if (!pin_sge_list(dest, w.sge, w.num_sge, self_process(), qp.pd_id, IBV_ACCESS_LOCAL_WRITE))
+    return false;
+  iovec src{const_cast<char*>(payload.data()), std::min<size_t>(payload.size(), dest.total())};
+  return copy_to_process(self_process(), &src, src.iov_len ? 1 : 0, dest.iov(), dest.count()) == 0;
+}
+
+}  // namespace
+
+bool destination_is_remote(const Qp& qp, const SendWork& w) {
+  if (qp.qpx.qp_base.qp_type == IBV_QPT_UD) return !qp.ctx->gids.contains(w.dgid);
+  return !qp.peer_on_this_host;
+}
+
+Outcome transmit(Qp& qp, SendWork& w, const iovec* payload, int count, uint64_t length) {
+  const auto now = Clock::now();
+  Gid dgid;
+  std::memcpy(dgid.data(), destination_gid(qp, w), 16);
+  std::shared_ptr<wire::Link> link;
+  if (GidTable::is_ipv4_mapped(dgid)) link = wire::Link::to(GidTable::ipv4_of(dgid));
+  if (!link) return retries_exhausted(qp, w, now) ? Outcome::kCompleted : Outcome::kBlocked;
+  if (!w.has_psn) {
+    w.psn = qp.next_psn++;
+    w.has_psn = true;
+  }
+  if (w.give_up == Clock::time_point{}) {
+    retries_exhausted(qp, w, now);  // starts the ACK-timeout budget
+    w.next_attempt = Clock::time_point{};
+  }
+  const wire::Request header = make_request(qp, w, length);
+  w.link = link;
+  // In the in-flight list before it is sent: the answer may arrive at once.
+  qp.inflight.push_back(std::move(w));
+  if (!link->send(header, payload, wire::carries_payload(header.opcode) ? count : 0)) {
+    SendWork back = std::move(qp.inflight.back());
+    qp.inflight.pop_back();
+    w = std::move(back);
+    return retries_exhausted(qp, w, now) ? Outcome::kCompleted : Outcome::kBlocked;
+  }
+  if (qp.inflight.front().give_up != Clock::time_point::max())
+    progress_schedule(&qp, qp.inflight.front().give_up);
+  return Outcome::kInFlight;
+}
+
+std::optional<Clock::time_point> expire_inflight(Qp& qp, Clock::time_point now) {
+  if (qp.inflight.empty()) return std::nullopt;
+  SendWork& oldest = qp.inflight.front();
+  if (now < oldest.give_up) return oldest.give_up;
+  SendWork w = std::move(oldest);
+  qp.inflight.pop_front();
+  fail(qp, w, IBV_WC_RETRY_EXC_ERR);
+  for (const SendWork& rest : qp.inflight) flush_one(qp, rest);
+  qp.inflight.clear();
+  return std::nullopt;
+}
+
+namespace wire {
+
+void on_response(Link& link, const Response& r, std::vector<char>& payload) {
+  Qp* qp = local_qp(r.src_qpn);
+  if (!qp) return;
+  std::lock_guard lock(qp->sq_mutex);
+  // Answers come in order; anything else is an answer to a request already given up.
+  if (qp->inflight.empty() || qp->inflight.front().psn != r.psn ||
+      qp->inflight.front().link.get() != &link)
+    return;
+  SendWork w = std::move(qp->inflight.front());
+  qp->inflight.pop_front();
+  const auto now = Clock::now();
+  bool failed = false;
+  switch (r.reply) {
+    case Reply::kDone:
+      if (r.status != IBV_WC_SUCCESS) {
+        fail(*qp, w, static_cast<ibv_wc_status>(r.status));
+        failed = true;
+      } else if ((w.opcode == IBV_WR_RDMA_READ || is_atomic(w.opcode)) &&
+                 !deliver_result(*qp, w, payload)) {
+        fail(*qp, w, IBV_WC_LOC_PROT_ERR);
+        failed = true;
+      } else {
+        complete(*qp, w, IBV_WC_SUCCESS);
+      }
+      break;
+    case Reply::kRnr:
+      failed = rnr_exhausted(*qp, w, r.rnr_timer, now);
+      if (!failed) go_back(*qp, std::move(w));
+      break;
+    case Reply::kNoAnswer:
+      failed = retries_exhausted(*qp, w, now);
+      if (!failed) go_back(*qp, std::move(w));
+      break;
+    case Reply::kOutOfSequence:
+      w.next_attempt = now;
+      go_back(*qp, std::move(w));
+      break;
+  }
+  if (failed) {
+    for (const SendWork& rest : qp->inflight) flush_one(*qp, rest);
+    qp->inflight.clear();
+    progress_schedule(qp, now);  // flushes what waits in the blocked queue
+  }
+}
+
+void on_link_down(Link& link) {
+  for_each_local_qp([&link](Qp& qp) {
+    std::lock_guard lock(qp.sq_mutex);
+    if (qp.inflight.empty() || qp.inflight.front().link.get() != &link) return;
+    SendWork w = std::move(qp.inflight.front());
+    qp.inflight.pop_front();
+    if (retries_exhausted(qp, w, Clock::now())) {
+      for (const SendWork& rest : qp.inflight) flush_one(qp, rest);
+      qp.inflight.clear();
+      progress_schedule(&qp, Clock::now());
+    } else {
+      go_back(qp, std::move(w));
+    }
+  });
+}
+
+}  // namespace wire
+}  // namespace softrdma

@@ -1,0 +1,105 @@
+#include "engine/send_completion.hpp"
+
+#include "engine/completion_queue.hpp"
+#include "engine/responder.hpp"
+
+namespace softrdma {
+namespace {
+
+// IBTA table of RNR NAK timer values, in microseconds; index 0 is the longest.
+constexpr uint32_t kRnrDelayUs[32] = {655360, 10,    20,    30,     40,     60,     80,     120,
+                                      160,    240,   320,   480,    640,    960,    1280,   1920,
+                                      2560,   3840,  5120,  7680,   10240,  15360,  20480,  30720,
+                                      40960,  61440, 81920, 122880, 163840, 245760, 327680, 491520};
+
+// Local ACK timeout: 4.096 us * 2^timeout; 0 means wait forever.
+Clock::duration ack_timeout(uint8_t timeout) {
+  return std::chrono::nanoseconds(4096ll << std::min<uint8_t>(timeout, 31));
+}
+
+ibv_wc_opcode wc_opcode(ibv_wr_opcode op) {
+  switch (op) {
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+      return IBV_WC_RDMA_WRITE;
+    case IBV_WR_RDMA_READ:
+      return IBV_WC_RDMA_READ;
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+      return IBV_WC_COMP_SWAP;
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      return IBV_WC_FETCH_ADD;
+    default:
+      return IBV_WC_SEND;
+  }
+}
+
+bool signaled(const Qp& qp, const SendWork& w) {
+  return qp.sq_sig_all || (w.send_flags & IBV_SEND_SIGNALED);
+}
+
+}  // namespace
+
+bool is_atomic(ibv_wr_opcode op) {
+  return op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD;
+}
+
+uint64_t payload_length(const SendWork& w) {
+  if (!w.inline_data.empty()) return w.inline_data.size();
+  uint64_t n = 0;
+  for (int i = 0; i < w.num_sge; ++i) n += w.sge[i].length;
+  return n;
+}
+
+void complete(Qp& qp, const SendWork& w, ibv_wc_status status) {
+  if (status == IBV_WC_SUCCESS && !signaled(qp, w)) return;  // retired by a later one
+  CqEntry e{};
+  e.wr_id = w.wr_id;
+  e.status = status;
+  e.opcode = wc_opcode(w.opcode);
+  e.qp_num = qp.qpx.qp_base.qp_num;
+  if (w.opcode == IBV_WR_RDMA_READ || is_atomic(w.opcode))
+    e.byte_len = static_cast<uint32_t>(is_atomic(w.opcode) ? 8 : payload_length(w));
+  e.send_seq = w.seq;
+  cq_push(self_peer(), qp.send_cq->shared, e, true);
+}
+
+void fail(Qp& qp, const SendWork& w, ibv_wc_status status) {
+  complete(qp, w, status);
+  qp_enter_error(self_peer(), qp.shared, 0);
+}
+
+void flush_one(Qp& qp, const SendWork& w) {
+  CqEntry e{};
+  e.wr_id = w.wr_id;
+  e.status = IBV_WC_WR_FLUSH_ERR;
+  e.opcode = wc_opcode(w.opcode);
+  e.qp_num = qp.qpx.qp_base.qp_num;
+  e.send_seq = w.seq;
+  cq_push(self_peer(), qp.send_cq->shared, e, true);
+}
+
+bool rnr_exhausted(Qp& qp, SendWork& w, uint8_t rnr_timer, Clock::time_point now) {
+  const uint8_t budget = qp.attr.rnr_retry;  // 7 = retry forever
+  if (budget != 7 && w.rnr_attempts >= budget) {
+    fail(qp, w, IBV_WC_RNR_RETRY_EXC_ERR);
+    return true;
+  }
+  ++w.rnr_attempts;
+  w.next_attempt = now + std::chrono::microseconds(kRnrDelayUs[rnr_timer & 31]);
+  return false;
+}
+
+bool retries_exhausted(Qp& qp, SendWork& w, Clock::time_point now) {
+  const auto interval = ack_timeout(qp.attr.timeout);
+  if (w.give_up == Clock::time_point{})
+    w.give_up =
+        qp.attr.timeout == 0 ? Clock::time_point::max() : now + interval * (qp.attr.retry_cnt + 1);
+  if (now >= w.give_up) {
+    fail(qp, w, IBV_WC_RETRY_EXC_ERR);
+    return true;
+  }
+  w.next_attempt = now + std::min<Clock::duration>(interval, std::chrono::milliseconds(10));
+  return false;
+}
+
+}  // namespace softrdma

@@ -1,0 +1,25 @@
+// The requester's path to a QP on another host: requests go out over TCP (one connection
+// per remote host) and complete when the answer comes back, in order (go-back-N on RNR).
+#pragma once
+
+#include <sys/uio.h>
+#include <optional>
+
+#include "engine/progress.hpp"
+#include "verbs/objects.hpp"
+
+namespace softrdma {
+
+enum class Outcome { kCompleted, kBlocked, kInFlight };
+
+/// True when `w`'s destination is not on this host.
+bool destination_is_remote(const Qp& qp, const SendWork& w);
+
+/// Sends `w` (payload: the gathered local buffers). On kInFlight `w` has been moved into
+/// qp.inflight; on kBlocked it waits until w.next_attempt. The caller holds qp.sq_mutex.
+Outcome transmit(Qp& qp, SendWork& w, const iovec* payload, int count, uint64_t length);
+
+/// Fails the oldest request in flight if its answer is overdue; returns its deadline.
+std::optional<Clock::time_point> expire_inflight(Qp& qp, Clock::time_point now);
+
+}  // namespace softrdma

@@ -1,0 +1,104 @@
+#include "wire/link.hpp"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <thread>
+
+#include "common/log.hpp"
+#include "wire/socket_io.hpp"
+
+namespace softrdma::wire {
+namespace {
+
+constexpr int kConnectTimeoutMs = 1000;
+
+int connect_to(uint32_t ipv4_be) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return -1;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port());
+  a.sin_addr.s_addr = ipv4_be;
+  int rc = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  if (rc != 0 && errno == EINPROGRESS) {
+    pollfd p{fd, POLLOUT, 0};
+    int err = 0;
+    socklen_t len = sizeof err;
+    if (poll(&p, 1, kConnectTimeoutMs) == 1 &&
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0)
+      rc = 0;
+  }
+  if (rc != 0) {
+    close(fd);
+    return -1;
+  }
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  tune_socket(fd);
+  return fd;
+}
+
+}  // namespace
+
+std::shared_ptr<Link> Link::to(uint32_t ipv4_be) {
+  static std::mutex mutex;
+  static std::map<uint32_t, std::shared_ptr<Link>> links;
+  static pid_t links_pid = 0;
+  std::lock_guard lock(mutex);
+  if (links_pid != getpid()) {  // a forked child does not share its parent's connections
+    links.clear();
+    links_pid = getpid();
+  }
+  if (auto it = links.find(ipv4_be); it != links.end() && it->second->alive()) return it->second;
+  int fd = connect_to(ipv4_be);
+  if (fd < 0) return nullptr;
+  std::shared_ptr<Link> link(new Link(fd));
+  links[ipv4_be] = link;
+  std::thread(read_loop, link).detach();
+  return link;
+}
+
+Link::~Link() {
+  close(fd_);
+}
+
+void Link::shut() {
+  if (alive_.exchange(false)) shutdown(fd_, SHUT_RDWR);
+}
+
+bool Link::send(const Request& header, const iovec* payload, int count) {
+  iovec iov[34];
+  int n = 0;
+  iov[n++] = iovec{const_cast<Request*>(&header), sizeof header};
+  for (int i = 0; i < count && n < 34; ++i) iov[n++] = payload[i];
+  std::lock_guard lock(write_mutex_);
+  if (!alive() || !write_all(fd_, iov, n)) {
+    shut();
+    return false;
+  }
+  return true;
+}
+
+void Link::read_loop(std::shared_ptr<Link> self) {
+  std::vector<char> payload;
+  for (;;) {
+    Response r;
+    if (!read_all(self->fd_, &r, sizeof r)) break;
+    if (!valid(r)) {
+      SOFTRDMA_DEBUG_LOG("malformed response from a peer: connection closed");
+      break;
+    }
+    payload.resize(r.payload_len);
+    if (r.payload_len && !read_all(self->fd_, payload.data(), r.payload_len)) break;
+    on_response(*self, r, payload);
+  }
+  self->shut();
+  on_link_down(*self);
+}
+
+}  // namespace softrdma::wire

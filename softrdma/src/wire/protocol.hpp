@@ -1,0 +1,75 @@
+// The TCP wire format between hosts: a requester's process sends requests to the softrdma
+// port of the destination host; whichever softrdma process there accepts the connection
+// executes them (as the responder) and answers in order.
+//
+// Fixed-size little-endian headers, then `payload_len` bytes. Every field is checked on
+// receipt; a malformed message tears the connection down and loses nothing else.
+#pragma once
+
+#include <infiniband/verbs.h>
+#include <cstdint>
+
+namespace softrdma::wire {
+
+inline constexpr uint32_t kMagic = 0x31445253;  // "SRD1"
+inline constexpr uint16_t kDefaultPort = 4791;  // RoCE v2's port number, over TCP here
+
+/// The port of the host's softrdma listeners (SOFTRDMA_PORT overrides it).
+uint16_t port();
+
+enum class Kind : uint8_t { kRequest = 1, kResponse = 2 };
+
+struct Request {
+  uint32_t magic;
+  Kind kind;
+  uint8_t opcode;   // ibv_wr_opcode
+  uint8_t qp_type;  // ibv_qp_type
+  uint8_t flags;    // kSolicited | kHasImm
+  uint32_t dest_qpn;
+  uint32_t src_qpn;
+  uint32_t psn;  // per requester QP, increasing: the responder executes them in order
+  uint32_t imm_data;
+  uint32_t rkey;
+  uint32_t qkey;
+  uint64_t remote_addr;
+  uint64_t compare_add;
+  uint64_t swap;
+  uint64_t length;       // the operation's length
+  uint64_t payload_len;  // bytes that follow: length for SEND/WRITE, else 0
+  uint8_t src_gid[16];
+  uint8_t dst_gid[16];
+};
+static_assert(sizeof(Request) == 104, "the wire format is fixed");
+
+inline constexpr uint8_t kSolicited = 1;
+inline constexpr uint8_t kHasImm = 2;
+
+enum class Reply : uint8_t {
+  kDone = 1,           // executed; `status` is the requester's completion status
+  kRnr = 2,            // receiver not ready; retry after rnr_timer
+  kNoAnswer = 3,       // dropped (no such QP, wrong state): the requester times out
+  kOutOfSequence = 4,  // an earlier request must be retried first: not executed
+};
+
+struct Response {
+  uint32_t magic;
+  Kind kind;
+  Reply reply;
+  uint8_t rnr_timer;
+  uint8_t pad;
+  uint32_t status;   // ibv_wc_status
+  uint32_t src_qpn;  // the requester's QP
+  uint32_t psn;
+  uint32_t pad2;
+  uint64_t payload_len;  // READ data or the 8-byte original value of an atomic
+};
+static_assert(sizeof(Response) == 32, "the wire format is fixed");
+
+/// True when `op` carries data from requester to responder.
+bool carries_payload(uint8_t opcode);
+/// Checks a received request header; false means tear the connection down.
+bool valid(const Request& r);
+/// Checks a received response header.
+bool valid(const Response& r);
+
+}  // namespace softrdma::wire

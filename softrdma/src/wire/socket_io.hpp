@@ -1,0 +1,16 @@
+// Whole-message reads and writes on blocking TCP sockets.
+#pragma once
+
+#include <sys/uio.h>
+#include <cstddef>
+
+namespace softrdma::wire {
+
+/// Reads exactly `n` bytes; false on EOF or error.
+bool read_all(int fd, void* buf, size_t n);
+/// Writes every byte of the iovecs; false on error.
+bool write_all(int fd, iovec* iov, int count);
+/// TCP_NODELAY and keepalive, as for any latency-sensitive connection.
+void tune_socket(int fd);
+
+}  // namespace softrdma::wire
