@@ -8,7 +8,7 @@
 namespace rdmakit::testing {
 namespace {
 
-bool listening_in(const char* table, int port) {
+bool listening_in(const std::string& table, int port) {
   std::ifstream in(table);
   std::string line;
   std::getline(in, line);  // header
@@ -25,10 +25,11 @@ bool listening_in(const char* table, int port) {
 
 }  // namespace
 
-bool wait_listening(int port, std::chrono::milliseconds limit) {
+bool wait_listening(int port, std::chrono::milliseconds limit, int pid) {
+  const std::string dir = pid ? "/proc/" + std::to_string(pid) + "/net/" : "/proc/net/";
   const auto deadline = std::chrono::steady_clock::now() + limit;
   while (std::chrono::steady_clock::now() < deadline) {
-    if (listening_in("/proc/net/tcp", port) || listening_in("/proc/net/tcp6", port)) return true;
+    if (listening_in(dir + "tcp", port) || listening_in(dir + "tcp6", port)) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return false;

@@ -60,7 +60,8 @@ void complete(Qp& qp, const SendWork& w, ibv_wc_status status) {
   if (w.opcode == IBV_WR_RDMA_READ || is_atomic(w.opcode))
     e.byte_len = static_cast<uint32_t>(is_atomic(w.opcode) ? 8 : payload_length(w));
   e.send_seq = w.seq;
-  cq_push(self_peer(), qp.send_cq->shared, e, true);
+  // Send completions are unsolicited: they wake a solicited-only CQ only when they fail.
+  cq_push(self_peer(), qp.send_cq->shared, e, false);
 }
 
 void fail(Qp& qp, const SendWork& w, ibv_wc_status status) {

@@ -64,6 +64,7 @@ ibv_mr* register_region(ibv_pd* pd, void* addr, size_t length, uint64_t iova, in
   mr->mr.length = length;
   mr->mr.handle = key;
   mr->mr.lkey = mr->mr.rkey = key;
+  mr->iova = iova;
   mr->access = acc;
   mr->owner_pd = to_pd(pd);
   to_pd(pd)->users.fetch_add(1);
@@ -119,8 +120,11 @@ SOFTRDMA_EXPORT int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, 
     return IBV_REREG_MR_ERR_INPUT;
   }
   Registry& reg = Registry::instance();
-  const uint32_t key = reg.claim_mr(new_pd->id, new_access, reinterpret_cast<uint64_t>(new_addr),
-                                    new_len, reinterpret_cast<uint64_t>(new_addr));
+  // A new translation starts at its own address; otherwise the region keeps its iova.
+  const uint64_t new_iova =
+      (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? reinterpret_cast<uint64_t>(new_addr) : m->iova;
+  const uint32_t key =
+      reg.claim_mr(new_pd->id, new_access, new_iova, new_len, reinterpret_cast<uint64_t>(new_addr));
   if (!key) {
     errno = ENOMEM;
     return IBV_REREG_MR_ERR_DONT_FORK_NEW;
@@ -131,6 +135,7 @@ SOFTRDMA_EXPORT int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, 
     new_pd->users.fetch_add(1);
   }
   m->owner_pd = new_pd;
+  m->iova = new_iova;
   m->access = new_access;
   mr->pd = &new_pd->pd;
   mr->addr = new_addr;

@@ -49,6 +49,7 @@ struct Pd {
 
 struct Mr {
   ibv_mr mr;
+  uint64_t iova;  // the address peers use for mr.addr
   uint32_t access;
   Pd* owner_pd;
 };

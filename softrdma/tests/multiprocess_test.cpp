@@ -1,0 +1,489 @@
+// RC between two processes of one host (the test and a fork()ed child, each with its own
+// device context): one-sided access to a peer that never calls into the library, a peer
+// that dies, and deregistration while the peer is writing.
+//
+// A child runs plain code (no gtest), reports through a pipe and its exit status, and is
+// bounded by alarm(); the parent reaps every child it forks.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "verbs_fixture.hpp"
+
+namespace softrdma_test {
+namespace {
+
+constexpr unsigned kChildAlarmSeconds = 10;
+
+bool write_all(int fd, const void* data, size_t n) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  while (n > 0) {
+    const ssize_t w = write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+bool read_all(int fd, void* data, size_t n, Millis timeout) {
+  auto* p = static_cast<uint8_t*>(data);
+  const auto deadline = Clock::now() + timeout;
+  while (n > 0) {
+    const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
+    if (left.count() < 0 || !wait_readable(fd, left)) return false;
+    const ssize_t r = read(fd, p, n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;  // error, or the peer is gone
+    p += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+/// Two pipes between the parent and one child; after fork() each side keeps its own ends.
+class Link {
+ public:
+  Link() { ok_ = pipe2(up_, O_CLOEXEC) == 0 && pipe2(down_, O_CLOEXEC) == 0; }
+  ~Link() {
+    for (int* fd : {&up_[0], &up_[1], &down_[0], &down_[1]}) close_fd(*fd);
+  }
+  Link(const Link&) = delete;
+  Link& operator=(const Link&) = delete;
+
+  bool ok() const { return ok_; }
+  void become_parent() {
+    close_fd(up_[1]);
+    close_fd(down_[0]);
+    in_ = up_[0];
+    out_ = down_[1];
+  }
+  void become_child() {
+    close_fd(up_[0]);
+    close_fd(down_[1]);
+    in_ = down_[0];
+    out_ = up_[1];
+  }
+  template <typename T>
+  bool send(const T& value) {
+    return write_all(out_, &value, sizeof value);
+  }
+  template <typename T>
+  bool receive(T* value, Millis timeout = kTimeout) {
+    return read_all(in_, value, sizeof *value, timeout);
+  }
+
+ private:
+  static void close_fd(int& fd) {
+    if (fd >= 0) close(fd);
+    fd = -1;
+  }
+  bool ok_ = false;
+  int up_[2] = {-1, -1};    // child -> parent
+  int down_[2] = {-1, -1};  // parent -> child
+  int in_ = -1;
+  int out_ = -1;
+};
+
+/// A fork()ed child running `body` (its return value is the exit status). The destructor
+/// kills and reaps a child that was not waited for.
+class Child {
+ public:
+  template <typename Body>
+  Child(Link& link, Body body) {
+    std::fflush(nullptr);
+    pid_ = fork();
+    if (pid_ == 0) {
+      alarm(kChildAlarmSeconds);
+      link.become_child();
+      _exit(body());
+    }
+    if (pid_ > 0) link.become_parent();
+  }
+  ~Child() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+
+  bool started() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }
+
+  /// Waits up to `timeout` for the child to end (then kills it); returns the wait status.
+  int Wait(Millis timeout = kTimeout) {
+    int status = -1;
+    const auto deadline = Clock::now() + timeout;
+    for (;;) {
+      const pid_t r = waitpid(pid_, &status, WNOHANG);
+      if (r == pid_ || r < 0) break;
+      if (Clock::now() > deadline) {
+        kill(pid_, SIGKILL);
+        waitpid(pid_, &status, 0);
+        break;
+      }
+      std::this_thread::sleep_for(Millis{1});
+    }
+    pid_ = -1;
+    return status;
+  }
+  /// SIGKILLs the child and reaps it; returns the wait status.
+  int Kill() {
+    kill(pid_, SIGKILL);
+    int status = -1;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return status;
+  }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+::testing::AssertionResult exited_with(int status, int code) {
+  if (status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == code)
+    return ::testing::AssertionSuccess();
+  if (status != -1 && WIFEXITED(status))
+    return ::testing::AssertionFailure() << "child exited with " << WEXITSTATUS(status);
+  if (status != -1 && WIFSIGNALED(status))
+    return ::testing::AssertionFailure() << "child killed by signal " << WTERMSIG(status);
+  return ::testing::AssertionFailure() << "child did not end in time";
+}
+
+/// What one side tells the other: its QP and its registered buffer.
+struct Endpoint {
+  uint32_t qpn = 0;
+  uint32_t rkey = 0;
+  uint64_t addr = 0;
+  uint64_t length = 0;
+};
+
+constexpr uint8_t kReady = 'R';
+
+// ---------------------------------------------------------------------------------------------
+// The child's side: its own device context and objects (never the parent's), plain code.
+
+struct ChildVerbs {
+  ibv_context* ctx = nullptr;
+  ibv_pd* pd = nullptr;
+  ibv_comp_channel* channel = nullptr;
+  ibv_cq* cq = nullptr;
+  ibv_qp* qp = nullptr;
+  ibv_mr* mr = nullptr;
+  Buffer buffer;  // registered as `mr` (buffer.mr stays empty: no gtest checks in a child)
+  ibv_gid gid{};
+};
+
+int child_fail(int code, const char* what) {
+  std::fprintf(stderr, "child: %s (errno %d: %s)\n", what, errno, std::strerror(errno));
+  return code;
+}
+
+/// Opens softrdma0 in the child and makes a CQ (on a completion channel if `with_channel`),
+/// an RC QP and a registered buffer.
+bool open_child_verbs(ChildVerbs& v, size_t length, uint8_t fill, bool with_channel = false) {
+  int n = 0;
+  ibv_device** list = ibv_get_device_list(&n);
+  if (!list || n < 1) return false;
+  if (std::strcmp(ibv_get_device_name(list[0]), kDeviceName) == 0) v.ctx = ibv_open_device(list[0]);
+  ibv_free_device_list(list);
+  if (!v.ctx || ibv_query_gid(v.ctx, kPort, 0, &v.gid) != 0) return false;
+  v.pd = ibv_alloc_pd(v.ctx);
+  if (with_channel && !(v.channel = ibv_create_comp_channel(v.ctx))) return false;
+  v.cq = v.pd ? ibv_create_cq(v.ctx, 64, nullptr, v.channel, 0) : nullptr;
+  v.qp = v.cq ? create_qp(v.pd, IBV_QPT_RC, v.cq, v.cq) : nullptr;
+  v.buffer = allocate_buffer(length, fill);
+  v.mr =
+      v.qp && v.buffer.data() ? ibv_reg_mr(v.pd, v.buffer.data(), length, kRemoteAccess) : nullptr;
+  return v.mr != nullptr;
+}
+
+/// Swaps endpoints with the parent, connects, and waits until both sides are connected.
+bool child_connect(Link& link, ChildVerbs& v, Endpoint* parent) {
+  const Endpoint mine{v.qp->qp_num, v.mr->rkey, v.buffer.addr(), v.buffer.size};
+  uint8_t ready = 0;
+  return link.send(mine) && link.receive(parent) &&
+         rc_connect(v.qp, parent->qpn, v.gid, RcParams{}) == 0 && link.send(kReady) &&
+         link.receive(&ready) && ready == kReady;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The parent's side.
+
+class MultiProcessTest : public VerbsTest {
+ protected:
+  void SetUp() override {
+    ASSERT_NO_FATAL_FAILURE(VerbsTest::SetUp());
+    ASSERT_TRUE(link_.ok());
+    cq_ = NewCq();
+    qp_ = NewQp(IBV_QPT_RC, cq_, cq_);
+    ASSERT_TRUE(cq_ && qp_);
+  }
+
+  /// Swaps endpoints with the child (`mine` offers `buffer`), connects the parent's QP and
+  /// waits until the child is connected too.
+  void ConnectToChild(const Buffer* buffer, const RcParams& params, Endpoint* child) {
+    Endpoint mine{qp_->qp_num, 0, 0, 0};
+    if (buffer) mine = Endpoint{qp_->qp_num, buffer->rkey(), buffer->addr(), buffer->size};
+    ASSERT_TRUE(link_.send(mine));
+    ASSERT_TRUE(link_.receive(child)) << "no endpoint from the child";
+    ASSERT_EQ(rc_connect(qp_, child->qpn, gid0(), params), 0);
+    ASSERT_TRUE(link_.send(kReady));
+    uint8_t ready = 0;
+    ASSERT_TRUE(link_.receive(&ready)) << "the child did not connect";
+    ASSERT_EQ(ready, kReady);
+  }
+
+  Link link_;
+  ibv_cq* cq_ = nullptr;
+  ibv_qp* qp_ = nullptr;
+};
+
+// The child never polls nor otherwise calls into the library after connecting: one-sided
+// operations on its memory still complete, as a NIC serves them without the host's help.
+TEST_F(MultiProcessTest, OneSidedOperationsOnAPeerThatNeverPolls) {
+  constexpr size_t kSize = 4096;
+  constexpr size_t kWritten = 2048;
+  constexpr uint64_t kAdd = 5;
+  Child child(link_, [this] {
+    ChildVerbs v;
+    if (!open_child_verbs(v, kSize, 0xc1)) return child_fail(2, "open");
+    Endpoint parent;
+    if (!child_connect(link_, v, &parent)) return child_fail(3, "connect");
+    uint8_t written = 0;
+    if (!link_.receive(&written, Millis{8000})) return child_fail(4, "no verdict request");
+    uint64_t word = 0;
+    std::memcpy(&word, v.buffer.data() + kWritten, 8);
+    if (!v.buffer.all(written, 0, kWritten)) return child_fail(5, "written bytes");
+    if (word != 0xc1c1c1c1c1c1c1c1ull + kAdd) return child_fail(6, "atomic result");
+    if (!v.buffer.all(0xc1, kWritten + 8, kSize - kWritten - 8))
+      return child_fail(7, "bytes past the writes");
+    return 0;
+  });
+  ASSERT_TRUE(child.started());
+  Endpoint peer;
+  ASSERT_NO_FATAL_FAILURE(ConnectToChild(nullptr, RcParams{}, &peer));
+  ASSERT_EQ(peer.length, kSize);
+
+  Buffer local = NewBuffer(kSize, kRemoteAccess, 0);
+  // Read what the child initialised.
+  ASSERT_EQ(
+      post_send(qp_, rdma_wr(1, IBV_WR_RDMA_READ, peer.addr, peer.rkey), {local.sge(0, kSize)}), 0);
+  EXPECT_TRUE(completed(poll_one(cq_), 1));
+  EXPECT_TRUE(local.all(0xc1));
+  // Write, then read back.
+  local.fill(0x7e);
+  ASSERT_EQ(
+      post_send(qp_, rdma_wr(2, IBV_WR_RDMA_WRITE, peer.addr, peer.rkey), {local.sge(0, kWritten)}),
+      0);
+  EXPECT_TRUE(completed(poll_one(cq_), 2));
+  local.fill(0);
+  ASSERT_EQ(
+      post_send(qp_, rdma_wr(3, IBV_WR_RDMA_READ, peer.addr, peer.rkey), {local.sge(0, kWritten)}),
+      0);
+  EXPECT_TRUE(completed(poll_one(cq_), 3));
+  EXPECT_TRUE(local.all(0x7e, 0, kWritten));
+  // An atomic on the child's memory.
+  ASSERT_EQ(
+      post_send(qp_,
+                atomic_wr(4, IBV_WR_ATOMIC_FETCH_AND_ADD, peer.addr + kWritten, peer.rkey, kAdd),
+                {local.sge(kWritten, 8)}),
+      0);
+  EXPECT_TRUE(completed(poll_one(cq_), 4));
+  EXPECT_TRUE(local.all(0xc1, kWritten, 8)) << "the original value comes back";
+
+  // The child checks its memory itself.
+  ASSERT_TRUE(link_.send(uint8_t{0x7e}));
+  EXPECT_TRUE(exited_with(child.Wait(), 0));
+}
+
+// Megabytes through several scatter/gather entries of odd sizes, both ways.
+TEST_F(MultiProcessTest, LargeScatterGatherTransfersKeepTheData) {
+  constexpr size_t kSize = 6 * 1024 * 1024;
+  Child child(link_, [this] {
+    ChildVerbs v;
+    if (!open_child_verbs(v, kSize, 0)) return child_fail(2, "open");
+    Endpoint parent;
+    if (!child_connect(link_, v, &parent)) return child_fail(3, "connect");
+    uint8_t done = 0;
+    link_.receive(&done, Millis{8000});
+    return 0;
+  });
+  ASSERT_TRUE(child.started());
+  Endpoint peer;
+  ASSERT_NO_FATAL_FAILURE(ConnectToChild(nullptr, RcParams{}, &peer));
+  ASSERT_EQ(peer.length, kSize);
+  Buffer out = NewBuffer(kSize);
+  Buffer in = NewBuffer(kSize, kRemoteAccess, 0);
+  uint32_t x = 12345;
+  for (size_t i = 0; i < kSize; ++i) {
+    x = x * 1103515245u + 12345u;
+    out.data()[i] = static_cast<uint8_t>(x >> 16);
+  }
+  // Gather 1 MiB + 7, 3 MiB - 7 + 4095 and the rest; scatter back over other boundaries.
+  const uint32_t a = (1u << 20) + 7, b = (3u << 20) - 7 + 4095;
+  const uint32_t c = static_cast<uint32_t>(kSize) - a - b;
+  ASSERT_EQ(post_send(qp_, rdma_wr(1, IBV_WR_RDMA_WRITE, peer.addr, peer.rkey),
+                      {out.sge(0, a), out.sge(a, b), out.sge(a + b, c)}),
+            0);
+  EXPECT_TRUE(completed(poll_one(cq_), 1));
+  const uint32_t d = 4097, e = (2u << 20) + 1;
+  const uint32_t f = static_cast<uint32_t>(kSize) - d - e;
+  ASSERT_EQ(post_send(qp_, rdma_wr(2, IBV_WR_RDMA_READ, peer.addr, peer.rkey),
+                      {in.sge(0, d), in.sge(d, e), in.sge(d + e, f)}),
+            0);
+  const ibv_wc wc = poll_one(cq_);
+  EXPECT_TRUE(completed(wc, 2));
+  EXPECT_EQ(wc.byte_len, kSize);
+  EXPECT_EQ(std::memcmp(in.data(), out.data(), kSize), 0);
+  ASSERT_TRUE(link_.send(uint8_t{1}));
+  EXPECT_TRUE(exited_with(child.Wait(), 0));
+}
+
+// The receive completion is pushed into the child's CQ by the parent's process, which must
+// also wake the child's completion channel.
+TEST_F(MultiProcessTest, SendWakesThePeersCompletionChannel) {
+  constexpr uint32_t kLength = 100;
+  Child child(link_, [this] {
+    ChildVerbs v;
+    if (!open_child_verbs(v, 4096, 0, /*with_channel=*/true)) return child_fail(2, "open");
+    Endpoint parent;
+    if (!child_connect(link_, v, &parent)) return child_fail(3, "connect");
+    if (ibv_req_notify_cq(v.cq, 0) != 0) return child_fail(4, "arm");
+    const ibv_sge sge{v.buffer.addr(), static_cast<uint32_t>(v.buffer.size), v.mr->lkey};
+    if (post_recv(v.qp, 77, {sge}) != 0) return child_fail(5, "post_recv");
+    if (!wait_readable(v.channel->fd, Millis{5000})) return child_fail(6, "not woken");
+    ibv_cq* cq = nullptr;
+    void* cq_context = nullptr;
+    if (ibv_get_cq_event(v.channel, &cq, &cq_context) != 0 || cq != v.cq)
+      return child_fail(7, "ibv_get_cq_event");
+    ibv_ack_cq_events(cq, 1);
+    ibv_wc wc{};
+    if (!poll_wc(v.cq, Millis{1000}, &wc)) return child_fail(8, "woken without a completion");
+    const uint32_t report[3] = {wc.status, wc.byte_len, v.buffer.all(0x4d, 0, kLength) ? 1u : 0u};
+    return link_.send(report) ? 0 : child_fail(9, "pipe");
+  });
+  ASSERT_TRUE(child.started());
+  Endpoint peer;
+  ASSERT_NO_FATAL_FAILURE(ConnectToChild(nullptr, RcParams{}, &peer));
+  Buffer src = NewBuffer(4096, kRemoteAccess, 0x4d);
+  ASSERT_EQ(post_send(qp_, send_wr(1), {src.sge(0, kLength)}), 0);
+  EXPECT_TRUE(completed(poll_one(cq_), 1));
+
+  uint32_t report[3] = {};
+  ASSERT_TRUE(link_.receive(&report)) << "no report from the child";
+  EXPECT_EQ(report[0], static_cast<uint32_t>(IBV_WC_SUCCESS));
+  EXPECT_EQ(report[1], kLength);
+  EXPECT_EQ(report[2], 1u) << "payload";
+  EXPECT_TRUE(exited_with(child.Wait(), 0));
+}
+
+TEST_F(MultiProcessTest, WritingToAKilledPeerExceedsRetriesAndFlushes) {
+  Child child(link_, [this] {
+    ChildVerbs v;
+    if (!open_child_verbs(v, 4096, 0)) return child_fail(2, "open");
+    Endpoint parent;
+    if (!child_connect(link_, v, &parent)) return child_fail(3, "connect");
+    uint8_t never = 0;
+    link_.receive(&never, Millis{9000});  // until killed
+    return child_fail(4, "not killed");
+  });
+  ASSERT_TRUE(child.started());
+  RcParams params;
+  params.timeout = 10;  // 4.096 us << 10 = 4 ms
+  params.retry_cnt = 1;
+  Endpoint peer;
+  ASSERT_NO_FATAL_FAILURE(ConnectToChild(nullptr, params, &peer));
+  Buffer local = NewBuffer(4096, kRemoteAccess, 0x33);
+
+  ASSERT_EQ(post_send(qp_, rdma_wr(1, IBV_WR_RDMA_WRITE, peer.addr, peer.rkey), {local.sge(0, 64)}),
+            0);
+  EXPECT_TRUE(completed(poll_one(cq_), 1)) << "the connection works while the child lives";
+
+  const int status = child.Kill();
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+
+  const auto start = Clock::now();
+  ASSERT_EQ(post_send(qp_, rdma_wr(2, IBV_WR_RDMA_WRITE, peer.addr, peer.rkey), {local.sge(0, 64)}),
+            0);
+  EXPECT_TRUE(completed(poll_one(cq_), 2, IBV_WC_RETRY_EXC_ERR));
+  EXPECT_LT(Clock::now() - start, Millis{1000}) << "timeout 10 with retry_cnt 1 is ~8 ms";
+  EXPECT_EQ(qp_state(qp_), IBV_QPS_ERR);
+  ASSERT_EQ(post_send(qp_, rdma_wr(3, IBV_WR_RDMA_WRITE, peer.addr, peer.rkey), {local.sge(0, 64)}),
+            0);
+  EXPECT_TRUE(completed(poll_one(cq_), 3, IBV_WC_WR_FLUSH_ERR));
+
+  // This process carries on: a new loopback connection works.
+  ibv_qp* a = NewQp(IBV_QPT_RC, cq_, cq_);
+  ibv_qp* b = NewQp(IBV_QPT_RC, cq_, cq_);
+  ASSERT_TRUE(a && b);
+  ASSERT_EQ(rc_connect(a, b->qp_num, gid0(), RcParams{}), 0);
+  ASSERT_EQ(rc_connect(b, a->qp_num, gid0(), RcParams{}), 0);
+  ASSERT_EQ(post_send(a, rdma_wr(4, IBV_WR_RDMA_WRITE, local.addr(2048), local.rkey()),
+                      {local.sge(0, 64)}),
+            0);
+  EXPECT_TRUE(completed(poll_one(cq_), 4));
+}
+
+TEST_F(MultiProcessTest, DeregisteringWhileThePeerWritesEndsAllAccess) {
+  constexpr size_t kSize = 64 * 1024;
+  Child child(link_, [this] {
+    ChildVerbs v;
+    if (!open_child_verbs(v, kSize, 0xab)) return child_fail(2, "open");
+    Endpoint parent;
+    if (!child_connect(link_, v, &parent)) return child_fail(3, "connect");
+    // Write into the parent's region until that fails.
+    const auto deadline = Clock::now() + Millis{5000};
+    uint32_t status = IBV_WC_SUCCESS;
+    uint64_t writes = 0;
+    const ibv_sge sge{v.buffer.addr(), static_cast<uint32_t>(kSize), v.mr->lkey};
+    while (status == IBV_WC_SUCCESS && Clock::now() < deadline) {
+      ibv_send_wr wr = rdma_wr(writes, IBV_WR_RDMA_WRITE, parent.addr, parent.rkey);
+      if (post_send(v.qp, wr, {sge}) != 0) return child_fail(4, "post");
+      ibv_wc wc{};
+      if (!poll_wc(v.cq, Millis{3000}, &wc)) return child_fail(5, "no completion");
+      status = wc.status;
+      if (status == IBV_WC_SUCCESS && ++writes == 1 && !link_.send(uint8_t{'S'}))
+        return child_fail(6, "pipe");
+    }
+    return link_.send(status) && link_.send(writes) ? 0 : child_fail(7, "pipe");
+  });
+  ASSERT_TRUE(child.started());
+  Buffer target = NewBuffer(kSize, kRemoteAccess, 0);
+  Endpoint peer;
+  ASSERT_NO_FATAL_FAILURE(ConnectToChild(&target, RcParams{}, &peer));
+
+  uint8_t started = 0;
+  ASSERT_TRUE(link_.receive(&started)) << "the child did not start writing";
+  std::this_thread::sleep_for(Millis{5});  // let writes run
+  ASSERT_EQ(ibv_dereg_mr(target.mr.release()), 0);
+  // From here on the region must not change.
+  target.fill(0x5a);
+  std::this_thread::sleep_for(kQuiet);
+  EXPECT_TRUE(target.all(0x5a)) << "memory written after ibv_dereg_mr returned";
+
+  uint32_t status = 0;
+  uint64_t writes = 0;
+  ASSERT_TRUE(link_.receive(&status));
+  ASSERT_TRUE(link_.receive(&writes));
+  EXPECT_EQ(status, static_cast<uint32_t>(IBV_WC_REM_ACCESS_ERR))
+      << ibv_wc_status_str(static_cast<ibv_wc_status>(status));
+  EXPECT_GE(writes, 1u);
+  EXPECT_TRUE(exited_with(child.Wait(), 0));
+  EXPECT_TRUE(target.all(0x5a));
+  // The parent's QP was the responder of the failed write.
+  EXPECT_EQ(qp_state(qp_), IBV_QPS_ERR);
+  const std::optional<ibv_async_event> event = next_async_event(ctx(), kTimeout);
+  ASSERT_TRUE(event);
+  EXPECT_EQ(event->event_type, IBV_EVENT_QP_ACCESS_ERR);
+  EXPECT_EQ(event->element.qp, qp_);
+}
+
+}  // namespace
+}  // namespace softrdma_test

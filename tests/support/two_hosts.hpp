@@ -1,0 +1,30 @@
+// Two "hosts" on this machine: network namespaces joined by a veth pair, with addresses
+// from TEST-NET-2 (198.51.100.0/24). Created and removed by the test itself (needs root).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace rdmakit::testing {
+
+class TwoHosts {
+ public:
+  TwoHosts();  // check ok() afterwards; reason() says why not
+  ~TwoHosts();
+  TwoHosts(const TwoHosts&) = delete;
+  TwoHosts& operator=(const TwoHosts&) = delete;
+
+  bool ok() const { return ok_; }
+  const std::string& reason() const { return reason_; }
+  /// argv prefix that runs a command on host 0 or 1.
+  std::vector<std::string> on(int host) const;
+  /// The IPv4 address of host 0 or 1.
+  std::string address(int host) const;
+
+ private:
+  std::string ns_[2];
+  bool ok_ = false;
+  std::string reason_;
+};
+
+}  // namespace rdmakit::testing
