@@ -1,14 +1,18 @@
 #include "engine/arena.hpp"
 
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <future>
 #include <system_error>
+#include <thread>
 #include <unordered_map>
 
 #include "common/log.hpp"
@@ -24,6 +28,27 @@ std::mutex g_arena_mutex;
 
 size_t round_up(size_t n) {
   return (n + Arena::kAlign - 1) & ~(Arena::kAlign - 1);
+}
+
+// Starts the thread that holds `life` until the process dies; returns once it is held.
+void hold_life_lock(pthread_mutex_t* life) {
+  pthread_mutexattr_t attr;
+  pthread_mutexattr_init(&attr);
+  pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+  pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+  pthread_mutex_init(life, &attr);
+  pthread_mutexattr_destroy(&attr);
+  std::promise<void> held;
+  std::thread([life, &held] {
+    // Signals stay with the application's threads.
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, nullptr);
+    pthread_mutex_lock(life);
+    held.set_value();
+    for (;;) pause();
+  }).detach();
+  held.get_future().wait();
 }
 
 }  // namespace
@@ -50,6 +75,7 @@ Arena::Arena() {
   const ProcessId& me = self_process();
   h->pid = me.pid;
   h->start_time = me.start_time;
+  hold_life_lock(&h->life);
   h->magic = kArenaMagic;
   // Offset 0 is the header, so 0 can mean "no object".
   free_.emplace(4096, kSize - 4096);
@@ -114,6 +140,14 @@ PeerArena::~PeerArena() {
   for (auto& [remote, local] : imported_) close(local);
   if (pidfd_ >= 0) close(pidfd_);
   if (owned_mapping_) munmap(base_, Arena::kSize);
+}
+
+bool PeerArena::owner_alive() const {
+  if (is_self()) return true;
+  // The robust futex word: the holder's TID while it lives; the kernel clears the TID
+  // (and sets FUTEX_OWNER_DIED) when the holder dies.
+  const auto* word = reinterpret_cast<const std::atomic<uint32_t>*>(&at<ArenaHeader>(0)->life);
+  return (word->load(std::memory_order_acquire) & FUTEX_TID_MASK) != 0;
 }
 
 int PeerArena::import_fd(int remote_fd) {

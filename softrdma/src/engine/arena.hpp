@@ -5,6 +5,7 @@
 // dies. Objects are referred to across processes by their offset in the arena.
 #pragma once
 
+#include <pthread.h>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -20,6 +21,9 @@ struct ArenaHeader {
   int32_t pid;
   uint32_t pad;
   uint64_t start_time;
+  // Held for the process's whole life by a thread that only sleeps. It is a robust mutex,
+  // so the kernel marks it when the process dies: peers see death with a plain load.
+  pthread_mutex_t life;
 };
 
 class Arena {
@@ -66,6 +70,8 @@ class PeerArena {
 
   const ProcessId& owner() const { return owner_; }
   bool is_self() const { return !owned_mapping_; }
+  /// False once the owner process has died (no system call).
+  bool owner_alive() const;
   template <typename T>
   T* at(uint64_t offset) const {
     return reinterpret_cast<T*>(base_ + offset);

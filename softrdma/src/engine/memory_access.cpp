@@ -1,9 +1,11 @@
 #include "engine/memory_access.hpp"
 
 #include <limits.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include "engine/shared_pages.hpp"
 
 namespace softrdma {
 
@@ -23,6 +25,15 @@ bool PinnedRanges::add(uint32_t key, uint64_t addr, uint64_t length, const Proce
   }
   slots_[count_] = s;
   iov_[count_] = iovec{reinterpret_cast<void*>(s->host_addr + (addr - s->iova)), length};
+  char* here = nullptr;
+  if (owner == self_process()) {
+    here = static_cast<char*>(iov_[count_].iov_base);
+  } else if (s->memfd >= 0) {
+    if (char* base = map_peer_pages(owner, s->memfd, s->memfd_offset + s->length))
+      here = base + s->memfd_offset + (addr - s->iova);
+  }
+  mapped_[count_] = iovec{here, length};
+  if (!here) all_mapped_ = false;
   ++count_;
   total_ += length;
   return true;
@@ -32,6 +43,7 @@ void PinnedRanges::release() {
   for (int i = 0; i < count_; ++i) slots_[i]->users.fetch_sub(1, std::memory_order_release);
   count_ = 0;
   total_ = 0;
+  all_mapped_ = true;
 }
 
 bool pin_sge_list(PinnedRanges& out, const ibv_sge* sge, int num_sge, const ProcessId& owner,
@@ -96,6 +108,24 @@ int vm_copy(VmCall call, pid_t pid, const iovec* local, int nlocal, const iovec*
 }
 
 }  // namespace
+
+int copy_into(const PinnedRanges& dst, const ProcessId& owner, const iovec* src, int count) {
+  if (count == 0 || dst.count() == 0) return 0;
+  if (dst.all_mapped()) {
+    copy_local(dst.mapped(), dst.count(), src, count);
+    return 0;
+  }
+  return vm_copy(process_vm_writev, owner.pid, src, count, dst.iov(), dst.count());
+}
+
+int copy_out_of(const PinnedRanges& src, const ProcessId& owner, const iovec* dst, int count) {
+  if (count == 0 || src.count() == 0) return 0;
+  if (src.all_mapped()) {
+    copy_local(dst, count, src.mapped(), src.count());
+    return 0;
+  }
+  return vm_copy(process_vm_readv, owner.pid, dst, count, src.iov(), src.count());
+}
 
 int copy_to_process(const ProcessId& target, const iovec* local, int nlocal, const iovec* remote,
                     int nremote) {

@@ -29,13 +29,19 @@ class PinnedRanges {
            uint32_t access);
   void release();
 
+  /// The ranges in the owner's address space.
   const iovec* iov() const { return iov_; }
+  /// The same ranges mapped into this process; valid when all_mapped().
+  const iovec* mapped() const { return mapped_; }
+  bool all_mapped() const { return all_mapped_; }
   int count() const { return count_; }
   size_t total() const { return total_; }
 
  private:
   MrSlot* slots_[kMaxSge] = {};
   iovec iov_[kMaxSge] = {};
+  iovec mapped_[kMaxSge] = {};
+  bool all_mapped_ = true;
   int count_ = 0;
   size_t total_ = 0;
 };
@@ -43,6 +49,12 @@ class PinnedRanges {
 /// Pins a scatter/gather list owned by `owner`; zero-length entries are skipped.
 bool pin_sge_list(PinnedRanges& out, const ibv_sge* sge, int num_sge, const ProcessId& owner,
                   uint32_t pd_id, uint32_t access);
+
+/// Copies `src` (this process) into the pinned ranges of `owner`: plain copies when they
+/// are mapped here, else process_vm_writev. 0 or an errno (ESRCH: owner gone).
+int copy_into(const PinnedRanges& dst, const ProcessId& owner, const iovec* src, int count);
+/// Copies the pinned ranges of `owner` into `dst` (this process).
+int copy_out_of(const PinnedRanges& src, const ProcessId& owner, const iovec* dst, int count);
 
 /// Copies `local` (this process) into `remote` (memory of `target`). 0 or an errno
 /// (ESRCH: target gone; EFAULT: bad address).

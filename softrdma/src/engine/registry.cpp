@@ -24,8 +24,8 @@ struct Registry::Header {
 
 namespace {
 
-constexpr uint64_t kMagic = 0x31764d4452544653ull;  // "SFTRDMv1"
-constexpr uint32_t kLayoutVersion = 1;
+constexpr uint64_t kMagic = 0x32764d4452544653ull;  // "SFTRDMv2"
+constexpr uint32_t kLayoutVersion = 2;
 constexpr size_t kHeaderBytes = 4096;
 constexpr size_t kQpBytes = sizeof(QpSlot) * Registry::kQpCapacity;
 constexpr size_t kMrBytes = sizeof(MrSlot) * Registry::kMrCapacity;
@@ -156,7 +156,7 @@ void Registry::release_qpn(uint32_t qpn) {
 }
 
 uint32_t Registry::claim_mr(uint32_t pd_id, uint32_t access, uint64_t iova, uint64_t length,
-                            uint64_t host_addr) {
+                            uint64_t host_addr, int memfd, uint64_t memfd_offset) {
   uint32_t index = 0;
   MrSlot* s = claim_slot(mrs_, kMrCapacity, header_->next_mr, index);
   if (!s) return 0;
@@ -168,6 +168,8 @@ uint32_t Registry::claim_mr(uint32_t pd_id, uint32_t access, uint64_t iova, uint
   s->iova = iova;
   s->length = length;
   s->host_addr = host_addr;
+  s->memfd = memfd;
+  s->memfd_offset = memfd_offset;
   s->users.store(0, std::memory_order_relaxed);
   const uint32_t key = (random_tag() << kMrIndexBits) | index;
   s->key.store(key, std::memory_order_relaxed);

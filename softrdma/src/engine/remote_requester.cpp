@@ -127,6 +127,9 @@ void on_response(Link& link, const Response& r, std::vector<char>& payload) {
   SendWork w = std::move(qp->inflight.front());
   qp->inflight.pop_front();
   const auto now = Clock::now();
+  // Like a NIC's transport timer, the ACK timeout measures time without progress: an
+  // answer restarts it for the next request in flight.
+  if (!qp->inflight.empty()) qp->inflight.front().give_up = answer_deadline(*qp, now);
   bool failed = false;
   switch (r.reply) {
     case Reply::kDone:

@@ -135,7 +135,7 @@ ResponderReply deliver_to_receive(TargetQp& t, const InboundRequest& r) {
 
   int err = 0;
   if (write_imm) {
-    if (r.length) err = copy_to_process(t.owner(), r.local, r.local_count, remote.iov(), 1);
+    if (r.length) err = copy_into(remote, t.owner(), r.local, r.local_count);
   } else {
     iovec src[kMaxSge + 1];
     uint8_t grh[40];
@@ -145,7 +145,7 @@ ResponderReply deliver_to_receive(TargetQp& t, const InboundRequest& r) {
       src[n++] = iovec{grh, sizeof grh};
     }
     for (int i = 0; i < r.local_count && n <= kMaxSge; ++i) src[n++] = r.local[i];
-    err = copy_to_process(t.owner(), src, n, dest.iov(), dest.count());
+    err = copy_into(dest, t.owner(), src, n);
   }
   if (err == ESRCH) return no_answer();  // the target process is gone
   if (err) {
@@ -170,7 +170,7 @@ ResponderReply rdma_write(TargetQp& t, const InboundRequest& r) {
   PinnedRanges remote;
   ResponderReply a = check_remote_access(t, r, IBV_ACCESS_REMOTE_WRITE, remote);
   if (a.status != IBV_WC_SUCCESS) return a;
-  int err = copy_to_process(t.owner(), r.local, r.local_count, remote.iov(), 1);
+  int err = copy_into(remote, t.owner(), r.local, r.local_count);
   if (err == ESRCH) return no_answer();
   return err ? responder_error(t, IBV_WC_REM_ACCESS_ERR, IBV_EVENT_QP_ACCESS_ERR)
              : done(IBV_WC_SUCCESS);
@@ -181,7 +181,7 @@ ResponderReply rdma_read(TargetQp& t, const InboundRequest& r) {
   PinnedRanges remote;
   ResponderReply a = check_remote_access(t, r, IBV_ACCESS_REMOTE_READ, remote);
   if (a.status != IBV_WC_SUCCESS) return a;
-  int err = copy_from_process(t.owner(), r.local, r.local_count, remote.iov(), 1);
+  int err = copy_out_of(remote, t.owner(), r.local, r.local_count);
   if (err == ESRCH) return no_answer();
   return err ? responder_error(t, IBV_WC_REM_ACCESS_ERR, IBV_EVENT_QP_ACCESS_ERR)
              : done(IBV_WC_SUCCESS);
@@ -195,13 +195,13 @@ ResponderReply atomic(TargetQp& t, const InboundRequest& r) {
   if (a.status != IBV_WC_SUCCESS) return a;
   const iovec word = remote.iov()[0];
   uint64_t original = 0;
-  int err;
+  int err = 0;
   {
     // IBV_ATOMIC_HCA: every atomic on this host to this word goes through this lock.
     ProcessLockGuard guard(
         Registry::instance().atomic_lock(t.owner().pid, reinterpret_cast<uint64_t>(word.iov_base)));
     iovec mine{&original, sizeof original};
-    err = copy_from_process(t.owner(), &mine, 1, &word, 1);
+    err = copy_out_of(remote, t.owner(), &mine, 1);
     if (!err) {
       uint64_t updated = original;
       if (r.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)
@@ -209,7 +209,7 @@ ResponderReply atomic(TargetQp& t, const InboundRequest& r) {
       else if (original == r.compare_add)
         updated = r.swap;
       iovec next{&updated, sizeof updated};
-      if (updated != original) err = copy_to_process(t.owner(), &next, 1, &word, 1);
+      if (updated != original) err = copy_into(remote, t.owner(), &next, 1);
     }
   }
   if (err == ESRCH) return no_answer();
@@ -246,7 +246,8 @@ bool resolve_local_qp(uint32_t qpn, TargetQp& out) {
 
 ResponderReply respond(TargetQp& t, const InboundRequest& r) {
   TargetHold hold(t);
-  if (!hold.ok()) return no_answer();
+  // A dead process answers nothing, whatever of its memory is still mapped here.
+  if (!hold.ok() || !t.arena->owner_alive()) return no_answer();
   QpShared* qp = t.qp;
   const bool ud = r.qp_type == IBV_QPT_UD;
   if (qp->qp_type != static_cast<uint32_t>(r.qp_type)) return no_answer();

@@ -90,11 +90,14 @@ bool rnr_exhausted(Qp& qp, SendWork& w, uint8_t rnr_timer, Clock::time_point now
   return false;
 }
 
+Clock::time_point answer_deadline(const Qp& qp, Clock::time_point now) {
+  if (qp.attr.timeout == 0) return Clock::time_point::max();
+  return now + ack_timeout(qp.attr.timeout) * (qp.attr.retry_cnt + 1);
+}
+
 bool retries_exhausted(Qp& qp, SendWork& w, Clock::time_point now) {
   const auto interval = ack_timeout(qp.attr.timeout);
-  if (w.give_up == Clock::time_point{})
-    w.give_up =
-        qp.attr.timeout == 0 ? Clock::time_point::max() : now + interval * (qp.attr.retry_cnt + 1);
+  if (w.give_up == Clock::time_point{}) w.give_up = answer_deadline(qp, now);
   if (now >= w.give_up) {
     fail(qp, w, IBV_WC_RETRY_EXC_ERR);
     return true;

@@ -23,6 +23,10 @@ void flush_one(Qp& qp, const SendWork& w);
 /// The peer answered "receiver not ready": true if `w` failed for good (retries
 /// exhausted), else `w.next_attempt` says when to retry.
 bool rnr_exhausted(Qp& qp, SendWork& w, uint8_t rnr_timer, Clock::time_point now);
+/// When a request sent or answered now is given up if no answer comes: the QP's ACK
+/// timeout times its retry count plus one (never, for timeout 0).
+Clock::time_point answer_deadline(const Qp& qp, Clock::time_point now);
+
 /// The peer did not answer: true if `w` failed for good (timeout budget spent).
 bool retries_exhausted(Qp& qp, SendWork& w, Clock::time_point now);
 

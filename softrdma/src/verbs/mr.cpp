@@ -6,6 +6,7 @@
 
 #include "common/export.hpp"
 #include "engine/registry.hpp"
+#include "engine/shared_pages.hpp"
 #include "verbs/device_limits.hpp"
 #include "verbs/objects.hpp"
 
@@ -51,8 +52,10 @@ ibv_mr* register_region(ibv_pd* pd, void* addr, size_t length, uint64_t iova, in
     errno = ENOMEM;
     return nullptr;
   }
-  const uint32_t key = Registry::instance().claim_mr(to_pd(pd)->id, acc, iova, length,
-                                                     reinterpret_cast<uint64_t>(addr));
+  const auto pages = share_pages(addr, length);
+  const uint32_t key = Registry::instance().claim_mr(
+      to_pd(pd)->id, acc, iova, length, reinterpret_cast<uint64_t>(addr), pages ? pages->fd : -1,
+      pages ? pages->offset : 0);
   if (!key) {
     delete mr;
     errno = ENOMEM;
@@ -123,8 +126,10 @@ SOFTRDMA_EXPORT int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, 
   // A new translation starts at its own address; otherwise the region keeps its iova.
   const uint64_t new_iova =
       (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? reinterpret_cast<uint64_t>(new_addr) : m->iova;
+  const auto pages = share_pages(new_addr, new_len);
   const uint32_t key =
-      reg.claim_mr(new_pd->id, new_access, new_iova, new_len, reinterpret_cast<uint64_t>(new_addr));
+      reg.claim_mr(new_pd->id, new_access, new_iova, new_len, reinterpret_cast<uint64_t>(new_addr),
+                   pages ? pages->fd : -1, pages ? pages->offset : 0);
   if (!key) {
     errno = ENOMEM;
     return IBV_REREG_MR_ERR_DONT_FORK_NEW;

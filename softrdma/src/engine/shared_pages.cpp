@@ -1,0 +1,145 @@
+#include "engine/shared_pages.hpp"
+
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "common/log.hpp"
+
+namespace softrdma {
+namespace {
+
+constexpr char kMemfdName[] = "softrdma-mr";
+
+uintptr_t page_size() {
+  static const auto p = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  return p;
+}
+
+// Ranges of this process already moved onto a memfd: start -> (length, fd).
+struct MovedRange {
+  size_t length;
+  int fd;
+};
+std::mutex g_moved_mutex;
+std::map<uintptr_t, MovedRange> g_moved;
+
+// Protection of [start, end) if it is private anonymous memory (heap or anonymous mmap) in
+// one or more consecutive mappings, else -1.
+int private_anonymous_protection(uintptr_t start, uintptr_t end) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  uintptr_t covered = start;
+  int prot = -1;
+  while (std::getline(maps, line) && covered < end) {
+    unsigned long lo = 0, hi = 0, offset = 0, inode = 0;
+    char perms[8] = {}, dev[16] = {};
+    int path_at = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx %7s %lx %15s %lu %n", &lo, &hi, perms, &offset, dev,
+                    &inode, &path_at) < 6)
+      continue;
+    if (hi <= covered || lo > covered) continue;
+    const std::string path = path_at > 0 ? line.substr(static_cast<size_t>(path_at)) : "";
+    if (perms[3] != 'p' || inode != 0 || !(path.empty() || path == "[heap]")) return -1;
+    const int p = (perms[0] == 'r' ? PROT_READ : 0) | (perms[1] == 'w' ? PROT_WRITE : 0);
+    if (prot != -1 && p != prot) return -1;
+    prot = p;
+    covered = hi;
+  }
+  return covered >= end ? prot : -1;
+}
+
+}  // namespace
+
+std::optional<SharedPages> share_pages(void* addr, size_t length) {
+  const auto start = reinterpret_cast<uintptr_t>(addr);
+  // Only whole pages: a page shared with other data could lose a concurrent write while
+  // it moves, and would become shared with a forked child.
+  if (start % page_size() || length % page_size() || length == 0) return std::nullopt;
+  std::lock_guard lock(g_moved_mutex);
+  // Already moved (another registration of the same memory)?
+  auto it = g_moved.upper_bound(start);
+  if (it != g_moved.begin()) {
+    --it;
+    if (start >= it->first && start + length <= it->first + it->second.length)
+      return SharedPages{it->second.fd, start - it->first};
+    if (start < it->first + it->second.length) return std::nullopt;  // partial overlap
+  }
+  if (auto next = g_moved.lower_bound(start); next != g_moved.end() && next->first < start + length)
+    return std::nullopt;
+  const int prot = private_anonymous_protection(start, start + length);
+  if (prot != (PROT_READ | PROT_WRITE)) return std::nullopt;
+
+  int fd = static_cast<int>(syscall(SYS_memfd_create, kMemfdName, MFD_CLOEXEC));
+  if (fd < 0) return std::nullopt;
+  // Copy the current contents, then put the memfd in place of the anonymous pages.
+  bool ok = ftruncate(fd, static_cast<off_t>(length)) == 0;
+  for (size_t done = 0; ok && done < length;) {
+    ssize_t n =
+        pwrite(fd, reinterpret_cast<char*>(start) + done, length - done, static_cast<off_t>(done));
+    if (n <= 0)
+      ok = false;
+    else
+      done += static_cast<size_t>(n);
+  }
+  if (!ok || mmap(addr, length, prot, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
+    SOFTRDMA_DEBUG_LOG("cannot share registered pages: %s", std::strerror(errno));
+    close(fd);
+    return std::nullopt;
+  }
+  g_moved.emplace(start, MovedRange{length, fd});
+  return SharedPages{fd, 0};
+}
+
+namespace {
+
+struct PeerPages {
+  char* base;
+  uint64_t bytes;
+};
+
+struct PeerKey {
+  pid_t pid;
+  uint64_t start_time;
+  int fd;
+  bool operator<(const PeerKey& o) const {
+    return std::tie(pid, start_time, fd) < std::tie(o.pid, o.start_time, o.fd);
+  }
+};
+
+std::mutex g_peer_mutex;
+std::map<PeerKey, PeerPages> g_peer_pages;
+
+}  // namespace
+
+char* map_peer_pages(const ProcessId& owner, int fd, uint64_t bytes) {
+  std::lock_guard lock(g_peer_mutex);
+  const PeerKey key{owner.pid, owner.start_time, fd};
+  auto it = g_peer_pages.find(key);
+  // The owner never closes these memfds, so a number names one memfd for the owner's life.
+  if (it != g_peer_pages.end()) return it->second.bytes >= bytes ? it->second.base : nullptr;
+  int pidfd = static_cast<int>(syscall(SYS_pidfd_open, owner.pid, 0));
+  if (pidfd < 0) return nullptr;
+  int local = static_cast<int>(syscall(SYS_pidfd_getfd, pidfd, fd, 0));
+  close(pidfd);
+  if (local < 0) return nullptr;
+  // Map the whole memfd: later regions on the same pages reuse the mapping.
+  off_t size = lseek(local, 0, SEEK_END);
+  void* p =
+      size > 0 && static_cast<uint64_t>(size) >= bytes
+          ? mmap(nullptr, static_cast<size_t>(size), PROT_READ | PROT_WRITE, MAP_SHARED, local, 0)
+          : MAP_FAILED;
+  close(local);
+  if (p == MAP_FAILED) return nullptr;
+  g_peer_pages.emplace(key, PeerPages{static_cast<char*>(p), static_cast<uint64_t>(size)});
+  return static_cast<char*>(p);
+}
+
+}  // namespace softrdma

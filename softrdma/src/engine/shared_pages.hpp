@@ -1,0 +1,31 @@
+// Registered memory that peers on the host can map. At registration, a page-aligned range
+// of private anonymous memory is moved, contents and address unchanged, onto a memfd
+// mapped MAP_SHARED at the same place. Peers then map that memfd and reach the region
+// with plain loads and stores, at memory speed and without a system call, as a NIC's DMA
+// would. Memory that cannot be moved (not page-aligned, file-backed, already shared)
+// stays as it is and is reached with process_vm_readv/writev.
+//
+// After fork() a child shares these pages with its parent instead of copying them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+
+#include "common/process_identity.hpp"
+
+namespace softrdma {
+
+struct SharedPages {
+  int fd;           // memfd holding the region's pages, as numbered in the owner
+  uint64_t offset;  // of the region's first byte in the memfd
+};
+
+/// Makes [addr, addr+length) mappable by peers, if it can be done safely.
+std::optional<SharedPages> share_pages(void* addr, size_t length);
+
+/// The memfd `fd` of `owner`, mapped into this process (cached for the process's life), or
+/// nullptr. `bytes` covers offset + length of the region being accessed.
+char* map_peer_pages(const ProcessId& owner, int fd, uint64_t bytes);
+
+}  // namespace softrdma
