@@ -17,11 +17,13 @@ bool PinnedRanges::add(uint32_t key, uint64_t addr, uint64_t length, const Proce
   if (s->pid != owner.pid || s->start_time != owner.start_time || s->pd_id != pd_id) return false;
   if ((s->access & access) != access) return false;
   if (addr < s->iova || length > s->length || addr - s->iova > s->length - length) return false;
-  s->users.fetch_add(1, std::memory_order_seq_cst);
-  // Re-check after pinning: ibv_dereg_mr clears the key, then waits for users to drain.
-  if (s->key.load(std::memory_order_seq_cst) != key) {
-    s->users.fetch_sub(1, std::memory_order_release);
-    return false;
+  if (pin_) {
+    s->users.fetch_add(1, std::memory_order_seq_cst);
+    // Re-check after pinning: ibv_dereg_mr clears the key, then waits for users to drain.
+    if (s->key.load(std::memory_order_seq_cst) != key) {
+      s->users.fetch_sub(1, std::memory_order_release);
+      return false;
+    }
   }
   slots_[count_] = s;
   iov_[count_] = iovec{reinterpret_cast<void*>(s->host_addr + (addr - s->iova)), length};
@@ -40,7 +42,8 @@ bool PinnedRanges::add(uint32_t key, uint64_t addr, uint64_t length, const Proce
 }
 
 void PinnedRanges::release() {
-  for (int i = 0; i < count_; ++i) slots_[i]->users.fetch_sub(1, std::memory_order_release);
+  if (pin_)
+    for (int i = 0; i < count_; ++i) slots_[i]->users.fetch_sub(1, std::memory_order_release);
   count_ = 0;
   total_ = 0;
   all_mapped_ = true;

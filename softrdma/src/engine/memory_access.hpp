@@ -18,7 +18,10 @@ constexpr int kMaxSge = 32;
 /// Registered ranges, checked and pinned: ibv_dereg_mr waits until they are released.
 class PinnedRanges {
  public:
-  PinnedRanges() = default;
+  /// Ranges of this process's own regions need no pin: deregistering a region while
+  /// posting from it is the application's own race, as with a NIC.
+  enum class Pin { kYes, kOwnMemory };
+  explicit PinnedRanges(Pin pin = Pin::kYes) : pin_(pin == Pin::kYes) {}
   ~PinnedRanges() { release(); }
   PinnedRanges(const PinnedRanges&) = delete;
   PinnedRanges& operator=(const PinnedRanges&) = delete;
@@ -42,6 +45,7 @@ class PinnedRanges {
   iovec iov_[kMaxSge] = {};
   iovec mapped_[kMaxSge] = {};
   bool all_mapped_ = true;
+  bool pin_ = true;
   int count_ = 0;
   size_t total_ = 0;
 };

@@ -31,8 +31,9 @@ struct alignas(64) QpSlot {  // one cache line: peers bump `users` on every requ
 };
 static_assert(sizeof(QpSlot) == 64);
 
-/// A registered memory region, looked up by its key (lkey == rkey).
-struct MrSlot {
+/// A registered memory region, looked up by its key (lkey == rkey). Cache-line aligned:
+/// peers bump `users` of regions they access.
+struct alignas(64) MrSlot {
   std::atomic<uint32_t> state;
   std::atomic<uint32_t> key;    // 0 while not live
   std::atomic<uint32_t> users;  // accessors copying into or out of the region right now

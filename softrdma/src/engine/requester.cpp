@@ -75,7 +75,7 @@ Outcome execute_here(Qp& qp, SendWork& w, const iovec* iov, int count, uint64_t 
 Outcome execute(Qp& qp, SendWork& w) {
   const bool ud = qp.qpx.qp_base.qp_type == IBV_QPT_UD;
   // Gather the local side: inline bytes, or registered memory checked against our PD.
-  PinnedRanges local;
+  PinnedRanges local(PinnedRanges::Pin::kOwnMemory);
   iovec inline_iov[kMaxSge];
   const iovec* iov = inline_iov;
   int count = 0;

@@ -120,11 +120,22 @@ std::map<PeerKey, PeerPages> g_peer_pages;
 }  // namespace
 
 char* map_peer_pages(const ProcessId& owner, int fd, uint64_t bytes) {
+  // The last mapping this thread used: one-sided traffic mostly goes to one region.
+  thread_local PeerKey last_key{0, 0, -1};
+  thread_local PeerPages last{nullptr, 0};
+  if (last_key.pid == owner.pid && last_key.start_time == owner.start_time && last_key.fd == fd &&
+      last.bytes >= bytes)
+    return last.base;
   std::lock_guard lock(g_peer_mutex);
   const PeerKey key{owner.pid, owner.start_time, fd};
   auto it = g_peer_pages.find(key);
   // The owner never closes these memfds, so a number names one memfd for the owner's life.
-  if (it != g_peer_pages.end()) return it->second.bytes >= bytes ? it->second.base : nullptr;
+  if (it != g_peer_pages.end()) {
+    if (it->second.bytes < bytes) return nullptr;
+    last_key = key;
+    last = it->second;
+    return last.base;
+  }
   int pidfd = static_cast<int>(syscall(SYS_pidfd_open, owner.pid, 0));
   if (pidfd < 0) return nullptr;
   int local = static_cast<int>(syscall(SYS_pidfd_getfd, pidfd, fd, 0));
