@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
-"""softrdma under unmodified perftest, side by side with UCX in one run, with ratios.
+"""softrdma under unmodified perftest, side by side with its peers in one run, with ratios.
 
 Same host: perftest on softrdma against ucx_perftest over shared memory (UCX_TLS=posix,cma),
-the peer a user would otherwise pick on a machine without an RDMA NIC. Each pair runs
---runs times, interleaved, and the medians are compared. Idle cost: CPU used by a process
-holding 100 connected idle QPs.
+the peer a user would otherwise pick on a machine without an RDMA NIC.
+Across hosts (two network namespaces joined by veth, created here; needs root): perftest
+on softrdma's TCP transport against one iperf3 stream and ucx_perftest over TCP.
+Each pair runs --runs times, interleaved, and the medians are compared. Idle cost: CPU used
+by a process holding 100 connected idle QPs.
 
-Usage: bench/perftest_vs_peers.py [--build build] [--runs 5]
+Usage: bench/perftest_vs_peers.py [--build build] [--runs 5] [--skip-hosts]
 """
 import argparse
+import json
 import os
 import re
 import socket
@@ -27,11 +30,12 @@ def free_port():
     return port
 
 
-def wait_listening(port, limit=10.0):
+def wait_listening(port, limit=10.0, pid=None):
     deadline = time.time() + limit
     needle = ":%04X " % port
+    base = "/proc/%d/net/" % pid if pid else "/proc/net/"
     while time.time() < deadline:
-        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for table in (base + "tcp", base + "tcp6"):
             with open(table) as f:
                 for line in f:
                     if needle in line and " 0A " in line:
@@ -40,16 +44,52 @@ def wait_listening(port, limit=10.0):
     return False
 
 
-def pair(server_cmd, client_cmd, env=None, port_flag="-p"):
+class Hosts:
+    """Where server and client run: this host, or two network namespaces."""
+
+    def __init__(self, two=False):
+        self.two = two
+        self.ns = []
+        if two:
+            tag = str(os.getpid())
+            self.ns = ["bench-a-" + tag, "bench-b-" + tag]
+            va, vb = "bka" + tag, "bkb" + tag
+            cmds = [["ip", "netns", "add", self.ns[0]], ["ip", "netns", "add", self.ns[1]],
+                    ["ip", "link", "add", va, "type", "veth", "peer", "name", vb],
+                    ["ip", "link", "set", va, "netns", self.ns[0]],
+                    ["ip", "link", "set", vb, "netns", self.ns[1]]]
+            for i, dev in enumerate((va, vb)):
+                cmds += [["ip", "-n", self.ns[i], "addr", "add", self.addr(i) + "/24", "dev", dev],
+                         ["ip", "-n", self.ns[i], "link", "set", dev, "up"],
+                         ["ip", "-n", self.ns[i], "link", "set", "lo", "up"]]
+            for c in cmds:
+                subprocess.run(c, check=True)
+            self.devices = [va, vb]
+
+    def addr(self, host):
+        if not self.two:
+            return "127.0.0.1"
+        return "198.51.100.1" if host == 0 else "198.51.100.2"
+
+    def on(self, host):
+        return ["ip", "netns", "exec", self.ns[host]] if self.two else []
+
+    def close(self):
+        for ns in self.ns:
+            subprocess.run(["ip", "netns", "delete", ns])
+
+
+def pair(server_cmd, client_cmd, env=None, port_flag="-p", hosts=None):
+    hosts = hosts or Hosts()
     port = free_port()
     env = dict(os.environ, **(env or {}))
-    server = subprocess.Popen(server_cmd + [port_flag, str(port)], env=env,
+    server = subprocess.Popen(hosts.on(0) + server_cmd + [port_flag, str(port)], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        if not wait_listening(port):
+        if not wait_listening(port, pid=server.pid if hosts.two else None):
             raise RuntimeError("server did not listen: %s" % server_cmd)
-        out = subprocess.run(client_cmd + [port_flag, str(port)], env=env, capture_output=True,
-                             text=True, timeout=120).stdout
+        out = subprocess.run(hosts.on(1) + client_cmd + [port_flag, str(port)], env=env,
+                             capture_output=True, text=True, timeout=300).stdout
         server.wait(timeout=30)
         return out
     finally:
@@ -57,8 +97,9 @@ def pair(server_cmd, client_cmd, env=None, port_flag="-p"):
             server.kill()
 
 
-def perftest(run, tool, args):
-    out = pair([run, tool] + args, [run, tool] + args + ["127.0.0.1"])
+def perftest(run, tool, args, hosts=None):
+    hosts = hosts or Hosts()
+    out = pair([run, tool] + args, [run, tool] + args + [hosts.addr(0)], hosts=hosts)
     rows = [l.split() for l in out.splitlines() if re.match(r"^\s*\d+\s+\d+\s+[\d.]", l)]
     if not rows:
         raise RuntimeError("no result from %s: %s" % (tool, out[-500:]))
@@ -68,15 +109,27 @@ def perftest(run, tool, args):
     return float(row[4])  # t_typical, usec
 
 
-def ucx(test, size, tls):
+def ucx(test, size, tls, hosts=None, iterations=20000):
+    hosts = hosts or Hosts()
+    env = {"UCX_TLS": tls}
+    if hosts.two:
+        env["UCX_NET_DEVICES"] = ",".join(hosts.devices)
     args = ["ucx_perftest"]
-    out = pair(args, args + ["127.0.0.1", "-t", test, "-s", str(size), "-n", "20000"],
-               env={"UCX_TLS": tls})
+    out = pair(args, args + [hosts.addr(0), "-t", test, "-s", str(size), "-n", str(iterations)],
+               env=env, hosts=hosts)
     final = [l.split() for l in out.splitlines() if l.startswith("Final:")]
     if not final:
         raise RuntimeError("no result from ucx_perftest %s: %s" % (test, out[-500:]))
     f = final[-1]
     return float(f[5]) if test.endswith("_bw") else float(f[2])  # MB/s avg, or p50 latency
+
+
+def iperf3(hosts):
+    """One TCP stream between the hosts, in MiB/s (the unit perftest reports)."""
+    out = pair(["iperf3", "-s", "-1"], ["iperf3", "-c", hosts.addr(0), "-t", "3", "-J"],
+               hosts=hosts)
+    bits = json.loads(out)["end"]["sum_received"]["bits_per_second"]
+    return bits / 8 / 2**20
 
 
 def idle_cpu_seconds(build):
@@ -89,10 +142,26 @@ def idle_cpu_seconds(build):
     return float(m.group(1)) if m else None
 
 
+def compare(cases, runs, peer_name):
+    print("%-26s %12s %12s %8s %10s" % ("test", "softrdma", peer_name, "ratio", "target"))
+    for label, ours, theirs, higher, target in cases:
+        o, t = [], []
+        for _ in range(runs):
+            o.append(ours())
+            t.append(theirs())
+        mo, mt = statistics.median(o), statistics.median(t)
+        ratio = mo / mt
+        met = ratio >= target if higher else ratio <= target
+        print("%-26s %12.3f %12.3f %7.2fx %5s%.1fx %s" % (label, mo, mt, ratio,
+                                                         ">=" if higher else "<=", target,
+                                                         "met" if met else "not met"))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--skip-hosts", action="store_true", help="only the same-host comparisons")
     a = ap.parse_args()
     run = os.path.join(a.build, "softrdma-run")
     cases = [
@@ -107,17 +176,24 @@ def main():
          lambda: ucx("ucp_fadd", 8, "posix,cma"), False, 1.5),
     ]
     print("same host, medians of %d interleaved runs; peer = UCX over shared memory" % a.runs)
-    print("%-26s %12s %12s %8s %10s" % ("test", "softrdma", "UCX", "ratio", "target"))
-    for label, ours, theirs, higher, target in cases:
-        o, t = [], []
-        for _ in range(a.runs):
-            o.append(ours())
-            t.append(theirs())
-        mo, mt = statistics.median(o), statistics.median(t)
-        ratio = mo / mt
-        met = ratio >= target if higher else ratio <= target
-        print("%-26s %12.3f %12.3f %7.2fx %5s%.1fx %s" % (label, mo, mt, ratio, ">=" if higher else "<=",
-                                                         target, "met" if met else "not met"))
+    compare(cases, a.runs, "UCX shm")
+    if not a.skip_hosts:
+        hosts = Hosts(two=True)
+        try:
+            cross = [
+                ("write bw 64 KiB (MiB/s)",
+                 lambda: perftest(run, "ib_write_bw", ["-s", "65536", "-n", "5000"], hosts),
+                 lambda: iperf3(hosts), True, 0.8),
+                ("write lat 8 B (us)",
+                 lambda: perftest(run, "ib_write_lat", ["-s", "8", "-n", "5000"], hosts),
+                 lambda: ucx("ucp_put_lat", 8, "tcp", hosts, 5000), False, 1.0),
+            ]
+            print()
+            print("two hosts (namespaces + veth), medians of %d; peers = one iperf3 stream (bw), "
+                  "UCX over TCP (lat)" % a.runs)
+            compare(cross, a.runs, "peer")
+        finally:
+            hosts.close()
     cpu = idle_cpu_seconds(a.build)
     if cpu is not None:
         print("idle: 100 connected RC QPs for 3 s used %.4f s of CPU" % cpu)

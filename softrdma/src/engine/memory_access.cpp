@@ -17,15 +17,16 @@ bool PinnedRanges::add(uint32_t key, uint64_t addr, uint64_t length, const Proce
   if (s->pid != owner.pid || s->start_time != owner.start_time || s->pd_id != pd_id) return false;
   if ((s->access & access) != access) return false;
   if (addr < s->iova || length > s->length || addr - s->iova > s->length - length) return false;
+  std::atomic<uint32_t>& users = Registry::instance().mr_users(key);
   if (pin_) {
-    s->users.fetch_add(1, std::memory_order_seq_cst);
+    users.fetch_add(1, std::memory_order_seq_cst);
     // Re-check after pinning: ibv_dereg_mr clears the key, then waits for users to drain.
     if (s->key.load(std::memory_order_seq_cst) != key) {
-      s->users.fetch_sub(1, std::memory_order_release);
+      users.fetch_sub(1, std::memory_order_release);
       return false;
     }
   }
-  slots_[count_] = s;
+  users_[count_] = &users;
   iov_[count_] = iovec{reinterpret_cast<void*>(s->host_addr + (addr - s->iova)), length};
   char* here = nullptr;
   if (owner == self_process()) {
@@ -43,7 +44,7 @@ bool PinnedRanges::add(uint32_t key, uint64_t addr, uint64_t length, const Proce
 
 void PinnedRanges::release() {
   if (pin_)
-    for (int i = 0; i < count_; ++i) slots_[i]->users.fetch_sub(1, std::memory_order_release);
+    for (int i = 0; i < count_; ++i) users_[i]->fetch_sub(1, std::memory_order_release);
   count_ = 0;
   total_ = 0;
   all_mapped_ = true;

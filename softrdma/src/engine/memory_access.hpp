@@ -41,7 +41,7 @@ class PinnedRanges {
   size_t total() const { return total_; }
 
  private:
-  MrSlot* slots_[kMaxSge] = {};
+  std::atomic<uint32_t>* users_[kMaxSge];
   iovec iov_[kMaxSge] = {};
   iovec mapped_[kMaxSge] = {};
   bool all_mapped_ = true;

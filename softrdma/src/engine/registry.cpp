@@ -24,13 +24,14 @@ struct Registry::Header {
 
 namespace {
 
-constexpr uint64_t kMagic = 0x32764d4452544653ull;  // "SFTRDMv2"
-constexpr uint32_t kLayoutVersion = 2;
+constexpr uint64_t kMagic = 0x33764d4452544653ull;  // "SFTRDMv3"
+constexpr uint32_t kLayoutVersion = 3;
 constexpr size_t kHeaderBytes = 4096;
 constexpr size_t kQpBytes = sizeof(QpSlot) * Registry::kQpCapacity;
 constexpr size_t kMrBytes = sizeof(MrSlot) * Registry::kMrCapacity;
+constexpr size_t kMrUsersBytes = sizeof(MrUsers) * Registry::kMrCapacity;
 constexpr size_t kLockBytes = sizeof(ProcessLock) * Registry::kAtomicStripes;
-constexpr size_t kFileBytes = kHeaderBytes + kQpBytes + kMrBytes + kLockBytes;
+constexpr size_t kFileBytes = kHeaderBytes + kQpBytes + kMrBytes + kMrUsersBytes + kLockBytes;
 
 std::string registry_path() {
   if (const char* p = std::getenv("SOFTRDMA_REGISTRY")) return p;
@@ -103,8 +104,10 @@ Registry::Registry(void* base)
     : header_(static_cast<Header*>(base)),
       qps_(reinterpret_cast<QpSlot*>(static_cast<char*>(base) + kHeaderBytes)),
       mrs_(reinterpret_cast<MrSlot*>(static_cast<char*>(base) + kHeaderBytes + kQpBytes)),
+      mr_users_(reinterpret_cast<MrUsers*>(static_cast<char*>(base) + kHeaderBytes + kQpBytes +
+                                           kMrBytes)),
       atomic_locks_(reinterpret_cast<ProcessLock*>(static_cast<char*>(base) + kHeaderBytes +
-                                                   kQpBytes + kMrBytes)) {
+                                                   kQpBytes + kMrBytes + kMrUsersBytes)) {
   // A zero-filled file is a valid empty registry; the magic only marks the layout.
   uint64_t expected = 0;
   header_->magic.compare_exchange_strong(expected, kMagic);
@@ -170,7 +173,6 @@ uint32_t Registry::claim_mr(uint32_t pd_id, uint32_t access, uint64_t iova, uint
   s->host_addr = host_addr;
   s->memfd = memfd;
   s->memfd_offset = memfd_offset;
-  s->users.store(0, std::memory_order_relaxed);
   const uint32_t key = (random_tag() << kMrIndexBits) | index;
   s->key.store(key, std::memory_order_relaxed);
   s->state.store(static_cast<uint32_t>(SlotState::kLive), std::memory_order_release);
@@ -181,7 +183,7 @@ void Registry::release_mr(uint32_t key) {
   MrSlot* s = mr_slot(key);
   if (!s || s->key.load() != key) return;
   s->key.store(0, std::memory_order_seq_cst);
-  wait_for_users(s->users);
+  wait_for_users(mr_users(key));
   s->state.store(static_cast<uint32_t>(SlotState::kFree), std::memory_order_release);
 }
 

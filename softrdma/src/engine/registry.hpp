@@ -31,12 +31,11 @@ struct alignas(64) QpSlot {  // one cache line: peers bump `users` on every requ
 };
 static_assert(sizeof(QpSlot) == 64);
 
-/// A registered memory region, looked up by its key (lkey == rkey). Cache-line aligned:
-/// peers bump `users` of regions they access.
+/// A registered memory region, looked up by its key (lkey == rkey). Read-mostly: the
+/// counter that accessors bump lives in its own cache line (MrUsers).
 struct alignas(64) MrSlot {
   std::atomic<uint32_t> state;
-  std::atomic<uint32_t> key;    // 0 while not live
-  std::atomic<uint32_t> users;  // accessors copying into or out of the region right now
+  std::atomic<uint32_t> key;  // 0 while not live
   int32_t pid;
   uint32_t access;  // ibv_access_flags
   uint32_t pd_id;
@@ -47,6 +46,11 @@ struct alignas(64) MrSlot {
   int32_t memfd;       // the owner's memfd holding the pages (see shared_pages.hpp), or -1
   uint32_t pad;
   uint64_t memfd_offset;  // of host_addr in that memfd
+};
+
+/// Accessors copying into or out of a region right now; ibv_dereg_mr waits for zero.
+struct alignas(64) MrUsers {
+  std::atomic<uint32_t> count;
 };
 
 class Registry {
@@ -77,6 +81,8 @@ class Registry {
   void release_mr(uint32_t key);
   /// The slot of `key`, or nullptr when the key is malformed. The caller checks liveness.
   MrSlot* mr_slot(uint32_t key);
+  /// The users counter of the slot `key` names (key not 0).
+  std::atomic<uint32_t>& mr_users(uint32_t key) { return mr_users_[key & (kMrCapacity - 1)].count; }
 
   /// Host-wide lock serialising atomics on one 8-byte word of one process.
   ProcessLock& atomic_lock(pid_t pid, uint64_t host_addr);
@@ -87,6 +93,7 @@ class Registry {
   Header* header_;
   QpSlot* qps_;
   MrSlot* mrs_;
+  MrUsers* mr_users_;
   ProcessLock* atomic_locks_;
 };
 

@@ -93,7 +93,7 @@ struct SendWork {
   uint32_t send_flags = 0;
   uint32_t imm_data = 0;
   int num_sge = 0;
-  ibv_sge sge[kMaxSge] = {};
+  ibv_sge sge[kMaxSge];           // the first num_sge are set
   std::vector<char> inline_data;  // IBV_SEND_INLINE: the bytes, copied at post time
   uint64_t remote_addr = 0;
   uint32_t rkey = 0;
