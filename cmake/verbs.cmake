@@ -4,6 +4,7 @@ find_path(VERBS_INCLUDE_DIR infiniband/verbs.h REQUIRED)
 find_library(SYSTEM_IBVERBS NAMES libibverbs.so.1 ibverbs REQUIRED)
 find_library(SYSTEM_RDMACM NAMES librdmacm.so.1 rdmacm REQUIRED)
 get_filename_component(SYSTEM_IBVERBS_REAL ${SYSTEM_IBVERBS} REALPATH)
+get_filename_component(SYSTEM_RDMACM_REAL ${SYSTEM_RDMACM} REALPATH)
 
 add_library(verbs::ibverbs UNKNOWN IMPORTED)
 set_target_properties(verbs::ibverbs PROPERTIES

@@ -1,0 +1,369 @@
+#include "cm/cm_engine.hpp"
+
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <thread>
+#include <vector>
+
+#include "cm/cm_context.hpp"
+#include "common/log.hpp"
+
+namespace softrdma::cm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// IBTA CM reject reasons, as the real CM reports them in event->status.
+constexpr int kRejectInvalidServiceId = 8;  // nobody listens on that port
+constexpr int kRejectConsumer = 28;         // rdma_reject, or a full backlog
+
+struct Watch {
+  CmId* id = nullptr;        // null: an accepted connection whose request has not arrived
+  CmId* listener = nullptr;  // for such connections
+  bool connecting = false;
+  std::vector<uint8_t> in;
+};
+
+struct Timer {
+  CmId* id;
+  std::function<void(CmId*)> fn;
+};
+
+struct Engine {
+  std::mutex mutex;
+  int epfd = -1;
+  int wake_fd = -1;  // an eventfd that interrupts epoll_wait when a timer is added
+  std::map<int, Watch> watches;
+  std::multimap<Clock::time_point, Timer> timers;
+  pid_t pid = 0;
+};
+
+Engine& engine() {
+  static auto* e = new Engine();
+  return *e;
+}
+
+void loop();
+
+// Caller holds the mutex. A forked child gets a fresh engine and thread.
+void ensure_started(Engine& e) {
+  if (e.pid == getpid()) return;
+  e.pid = getpid();
+  e.watches.clear();
+  e.timers.clear();
+  e.epfd = epoll_create1(EPOLL_CLOEXEC);
+  e.wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = e.wake_fd;
+  epoll_ctl(e.epfd, EPOLL_CTL_ADD, e.wake_fd, &ev);
+  std::thread(loop).detach();
+}
+
+void epoll_set(Engine& e, int fd, uint32_t events, bool add) {
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.fd = fd;
+  epoll_ctl(e.epfd, add ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, fd, &ev);
+}
+
+void fill_route_addrs(CmId* id, int fd) {
+  socklen_t len = sizeof id->id.route.addr.src_storage;
+  getsockname(fd, &id->id.route.addr.src_addr, &len);
+  len = sizeof id->id.route.addr.dst_storage;
+  getpeername(fd, &id->id.route.addr.dst_addr, &len);
+}
+
+void reject_and_close(int fd, int status) {
+  CmMsg m{};
+  m.magic = kCmMagic;
+  m.type = MsgType::kRej;
+  m.reject_status = static_cast<uint8_t>(status);
+  send(fd, &m, sizeof m, MSG_NOSIGNAL);
+  close(fd);
+}
+
+// A connection request arrived on a listener: a new child id and CONNECT_REQUEST.
+void on_request(Engine& e, int fd, CmId* listener, const CmMsg& m) {
+  if (listener->state != IdState::kListening ||
+      (m.type != MsgType::kReq && m.type != MsgType::kSidrReq)) {
+    e.watches.erase(fd);
+    close(fd);
+    return;
+  }
+  if (listener->pending_requests >= listener->backlog) {
+    e.watches.erase(fd);
+    reject_and_close(fd, kRejectConsumer);
+    return;
+  }
+  auto* child = new CmId();
+  child->id.verbs = cm_context();
+  child->id.channel = listener->id.channel;
+  child->channel = listener->channel;
+  child->synchronous = listener->synchronous;
+  child->id.context = listener->id.context;
+  child->id.ps = listener->id.ps;
+  child->id.qp_type = listener->id.qp_type;
+  child->id.port_num = 1;
+  child->sock = fd;
+  child->listener = listener;
+  child->peer = m;
+  child->local_psn = static_cast<uint32_t>(random()) & 0xffffff;
+  child->retry_count = m.retry_count;
+  child->rnr_retry_count = m.rnr_retry_count;
+  child->state = IdState::kRequested;
+  fill_route_addrs(child, fd);
+  ++listener->pending_requests;
+  e.watches[fd].id = child;
+  e.watches[fd].listener = nullptr;
+  post_event(child, RDMA_CM_EVENT_CONNECT_REQUEST, 0, &m, listener);
+}
+
+void on_message(CmId* id, const CmMsg& m) {
+  switch (m.type) {
+    case MsgType::kRep:
+      if (id->state != IdState::kConnecting) return;
+      id->peer = m;
+      if (!id->id.qp) {
+        id->state = IdState::kAwaitEstablish;  // the application moves its QP itself
+        post_event(id, RDMA_CM_EVENT_CONNECT_RESPONSE, 0, &m);
+        return;
+      }
+      if (int err = connect_qp(id)) {
+        close_connection(id);
+        id->state = IdState::kDisconnected;
+        post_event(id, RDMA_CM_EVENT_CONNECT_ERROR, -err, &m);
+        return;
+      }
+      {
+        CmMsg rtu{};
+        rtu.magic = kCmMagic;
+        rtu.type = MsgType::kRtu;
+        send_msg(id, rtu);
+      }
+      id->state = IdState::kConnected;
+      post_event(id, RDMA_CM_EVENT_ESTABLISHED, 0, &m);
+      return;
+    case MsgType::kSidrRep:
+      if (id->state != IdState::kConnecting) return;
+      id->peer = m;
+      close_connection(id);
+      if (m.reject_status) {
+        id->state = IdState::kDisconnected;
+        post_event(id, RDMA_CM_EVENT_REJECTED, m.reject_status, &m);
+        return;
+      }
+      id->state = IdState::kConnected;
+      post_event(id, RDMA_CM_EVENT_ESTABLISHED, 0, &m);
+      return;
+    case MsgType::kRtu:
+      if (id->state != IdState::kAccepting) return;
+      id->state = IdState::kConnected;
+      post_event(id, RDMA_CM_EVENT_ESTABLISHED, 0, &id->peer);
+      return;
+    case MsgType::kRej:
+      if (id->state != IdState::kConnecting && id->state != IdState::kAwaitEstablish) return;
+      close_connection(id);
+      id->state = IdState::kDisconnected;
+      post_event(id, RDMA_CM_EVENT_REJECTED, m.reject_status, &m);
+      return;
+    case MsgType::kDreq:
+      if (id->state != IdState::kConnected) return;
+      close_connection(id);
+      id->state = IdState::kDisconnected;
+      post_event(id, RDMA_CM_EVENT_DISCONNECTED, 0);
+      if (id->id.qp)
+        after(id, std::chrono::milliseconds(100),
+              [](CmId* i) { post_event(i, RDMA_CM_EVENT_TIMEWAIT_EXIT, 0); });
+      return;
+    default:
+      return;
+  }
+}
+
+// The peer's end of the connection went away without a word.
+void on_connection_lost(CmId* id) {
+  const IdState was = id->state;
+  close_connection(id);
+  switch (was) {
+    case IdState::kConnected:
+      id->state = IdState::kDisconnected;
+      post_event(id, RDMA_CM_EVENT_DISCONNECTED, 0);
+      break;
+    case IdState::kConnecting:
+    case IdState::kAwaitEstablish:
+      id->state = IdState::kDisconnected;
+      post_event(id, RDMA_CM_EVENT_UNREACHABLE, -ECONNRESET);
+      break;
+    case IdState::kAccepting:
+      id->state = IdState::kDisconnected;
+      post_event(id, RDMA_CM_EVENT_CONNECT_ERROR, -ECONNRESET);
+      break;
+    default:
+      id->state = IdState::kDisconnected;
+  }
+}
+
+void on_connect_done(Engine& e, CmId* id, int fd) {
+  int err = 0;
+  socklen_t len = sizeof err;
+  getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+  if (err == EINPROGRESS) return;
+  e.watches[fd].connecting = false;
+  if (err == 0 && send_msg(id, id->request)) {
+    epoll_set(e, fd, EPOLLIN | EPOLLRDHUP, false);
+    fill_route_addrs(id, fd);
+    return;
+  }
+  close_connection(id);
+  id->state = IdState::kRouteResolved;
+  if (err == ECONNREFUSED)
+    post_event(id, RDMA_CM_EVENT_REJECTED, kRejectInvalidServiceId);
+  else
+    post_event(id, RDMA_CM_EVENT_UNREACHABLE, -(err ? err : ECONNRESET));
+}
+
+void on_readable(Engine& e, int fd) {
+  Watch& w = e.watches[fd];
+  uint8_t buf[4096];
+  bool lost = false;
+  for (;;) {
+    ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (n > 0) {
+      w.in.insert(w.in.end(), buf, buf + n);
+      continue;
+    }
+    if (n == 0 || (errno != EAGAIN && errno != EINTR)) lost = true;
+    break;
+  }
+  // Whole messages first: a peer may send DREQ and close at once.
+  while (e.watches.count(fd) && e.watches[fd].in.size() >= sizeof(CmMsg)) {
+    Watch& cur = e.watches[fd];
+    CmMsg m;
+    std::memcpy(&m, cur.in.data(), sizeof m);
+    cur.in.erase(cur.in.begin(), cur.in.begin() + sizeof m);
+    if (!valid(m)) {
+      SOFTRDMA_DEBUG_LOG("malformed CM message: connection closed");
+      lost = true;
+      break;
+    }
+    if (cur.id)
+      on_message(cur.id, m);
+    else
+      on_request(e, fd, cur.listener, m);
+  }
+  if (!lost || !e.watches.count(fd)) return;
+  Watch gone = e.watches[fd];
+  if (gone.id) {
+    on_connection_lost(gone.id);
+  } else {
+    e.watches.erase(fd);
+    close(fd);
+  }
+}
+
+void on_listener(Engine& e, CmId* listener) {
+  for (;;) {
+    int fd = accept4(listener->sock, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) return;
+    Watch& w = e.watches[fd];
+    w.listener = listener;
+    epoll_set(e, fd, EPOLLIN | EPOLLRDHUP, true);
+  }
+}
+
+void loop() {
+  Engine& e = engine();
+  epoll_event events[16];
+  for (;;) {
+    int timeout = -1;
+    {
+      std::lock_guard lock(e.mutex);
+      if (!e.timers.empty()) {
+        auto wait = e.timers.begin()->first - Clock::now();
+        timeout = static_cast<int>(
+            std::max<int64_t>(0, std::chrono::ceil<std::chrono::milliseconds>(wait).count()));
+      }
+    }
+    const int n = epoll_wait(e.epfd, events, 16, timeout);
+    std::lock_guard lock(e.mutex);
+    while (!e.timers.empty() && e.timers.begin()->first <= Clock::now()) {
+      Timer t = e.timers.begin()->second;
+      e.timers.erase(e.timers.begin());
+      t.fn(t.id);
+    }
+    for (int i = 0; i < n; ++i) {
+      const int fd = events[i].data.fd;
+      if (fd == e.wake_fd) {
+        uint64_t count;
+        [[maybe_unused]] ssize_t r = read(fd, &count, sizeof count);
+        continue;
+      }
+      auto it = e.watches.find(fd);
+      if (it == e.watches.end()) continue;
+      CmId* id = it->second.id;
+      if (id && id->state == IdState::kListening && id->sock == fd)
+        on_listener(e, id);
+      else if (it->second.connecting)
+        on_connect_done(e, id, fd);
+      else
+        on_readable(e, fd);
+    }
+  }
+}
+
+}  // namespace
+
+std::mutex& cm_mutex() {
+  return engine().mutex;
+}
+
+void watch(CmId* id, bool connecting) {
+  Engine& e = engine();
+  ensure_started(e);
+  Watch& w = e.watches[id->sock];
+  w.id = id;
+  w.connecting = connecting;
+  epoll_set(e, id->sock, connecting ? EPOLLOUT : (EPOLLIN | EPOLLRDHUP), true);
+}
+
+void unwatch(CmId* id) {
+  Engine& e = engine();
+  if (id->sock >= 0 && e.watches.erase(id->sock))
+    epoll_ctl(e.epfd, EPOLL_CTL_DEL, id->sock, nullptr);
+  for (auto it = e.timers.begin(); it != e.timers.end();)
+    it = it->second.id == id ? e.timers.erase(it) : std::next(it);
+}
+
+void after(CmId* id, std::chrono::milliseconds delay, std::function<void(CmId*)> fn) {
+  Engine& e = engine();
+  ensure_started(e);
+  e.timers.emplace(Clock::now() + delay, Timer{id, std::move(fn)});
+  const uint64_t one = 1;  // the thread recomputes how long it may sleep
+  [[maybe_unused]] ssize_t n = write(e.wake_fd, &one, sizeof one);
+}
+
+bool send_msg(CmId* id, const CmMsg& m) {
+  return id->sock >= 0 && send(id->sock, &m, sizeof m, MSG_NOSIGNAL) == sizeof m;
+}
+
+void close_connection(CmId* id) {
+  Engine& e = engine();
+  if (id->sock >= 0) {
+    if (e.watches.erase(id->sock)) epoll_ctl(e.epfd, EPOLL_CTL_DEL, id->sock, nullptr);
+    close(id->sock);
+    id->sock = -1;
+  }
+  if (id->id.qp) {
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_ERR;
+    ibv_modify_qp(id->id.qp, &attr, IBV_QP_STATE);
+  }
+}
+
+}  // namespace softrdma::cm

@@ -1,0 +1,32 @@
+// The connection manager's thread: it sleeps in epoll until a listener has a connection to
+// accept, a connection has a message (or broke), or a timer is due, and turns each into
+// events on the ids' channels. API calls and this thread share one mutex.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <mutex>
+
+#include "cm/cm_objects.hpp"
+
+namespace softrdma::cm {
+
+/// The lock over every id's state, taken by API calls and by the CM thread.
+std::mutex& cm_mutex();
+
+/// Watches an id's socket: a listener for connections, a connection for messages, or
+/// (with `connecting`) a non-blocking connect for its completion. Caller holds cm_mutex.
+void watch(CmId* id, bool connecting);
+/// Stops watching (before the socket is closed or the id destroyed). Caller holds cm_mutex.
+void unwatch(CmId* id);
+
+/// Runs `fn` (with cm_mutex held) after `delay`, unless `id` is destroyed first.
+void after(CmId* id, std::chrono::milliseconds delay, std::function<void(CmId*)> fn);
+
+/// Sends one message on the id's connection; false if the connection is broken.
+bool send_msg(CmId* id, const CmMsg& m);
+
+/// Closes the id's connection (if any) and moves its QP to ERROR after a disconnect.
+void close_connection(CmId* id);
+
+}  // namespace softrdma::cm

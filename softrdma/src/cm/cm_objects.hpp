@@ -1,0 +1,88 @@
+// The connection manager's objects: event channels, events and ids. Each embeds the
+// public struct first, so the application's pointer converts back to ours.
+#pragma once
+
+#include <rdma/rdma_cma.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "cm/cm_wire.hpp"
+
+namespace softrdma::cm {
+
+struct CmId;
+
+struct Event {
+  rdma_cm_event event;  // first
+  uint8_t private_data[kMaxPrivateData];
+};
+
+struct EventChannel {
+  rdma_event_channel channel;  // first: {int fd}, readable while events wait
+  std::mutex mutex;
+  std::condition_variable arrived;  // for synchronous ids, which wait without the fd
+  std::deque<Event*> queue;
+  bool owned_by_id = false;  // the private channel of a synchronous id
+};
+
+enum class IdState {
+  kIdle,
+  kBound,
+  kListening,
+  kAddrResolving,
+  kAddrResolved,
+  kRouteResolved,
+  kConnecting,      // REQ sent, waiting for REP
+  kAwaitEstablish,  // REP received, the application drives its own QP (rdma_establish)
+  kAccepting,       // REP sent, waiting for RTU
+  kRequested,       // a child that received a REQ, not yet accepted
+  kConnected,
+  kDisconnected,
+  kDestroying,
+};
+
+struct CmId {
+  rdma_cm_id id;  // first
+  EventChannel* channel = nullptr;
+  bool synchronous = false;
+  IdState state = IdState::kIdle;
+  int sock = -1;             // listening socket, or the connection's socket
+  CmId* listener = nullptr;  // children: the listening id
+  int backlog = 0;
+  std::atomic<int> pending_requests{0};  // children not yet accepted or rejected
+  // What the peer told us (REQ/REP/SIDR): its QP and transport parameters.
+  CmMsg peer{};
+  uint32_t local_psn = 0;
+  uint8_t ack_timeout = 14;
+  uint8_t retry_count = 7;  // for our QP's RTS, from the active side's conn_param
+  uint8_t rnr_retry_count = 7;
+  CmMsg request{};  // the active side's REQ (or SIDR REQ), sent once TCP connects
+  // rdma_create_ep: the QP every child of a listening endpoint gets.
+  bool has_child_qp_attr = false;
+  ibv_qp_init_attr child_qp_attr{};
+  ibv_pd* child_pd = nullptr;
+  // Synchronous ids: the result of the last blocking step.
+  std::mutex mutex;
+};
+
+inline EventChannel* to_channel(rdma_event_channel* c) {
+  return reinterpret_cast<EventChannel*>(c);
+}
+inline CmId* to_id(rdma_cm_id* i) {
+  return reinterpret_cast<CmId*>(i);
+}
+
+/// Queues an event for `id` on its channel. `msg` (optional) supplies private data and
+/// connection parameters.
+void post_event(CmId* id, rdma_cm_event_type type, int status, const CmMsg* msg = nullptr,
+                CmId* listen_id = nullptr);
+
+/// Synchronous ids: waits for the next event of `id`; returns it, or nullptr on timeout.
+Event* wait_event(CmId* id, int timeout_ms);
+
+}  // namespace softrdma::cm

@@ -1,0 +1,51 @@
+// The connection manager's messages between hosts. A listening rdma_cm_id is a TCP
+// listener on the same port number (per network namespace); a connection's messages travel
+// on one TCP connection that lives as long as the connection, so a peer that disconnects
+// or dies is seen at once.
+#pragma once
+
+#include <cstdint>
+
+namespace softrdma::cm {
+
+inline constexpr uint32_t kCmMagic = 0x4d435253;  // "SRCM"
+inline constexpr int kMaxPrivateData = 196;       // the largest any CM message carries
+
+enum class MsgType : uint8_t {
+  kReq = 1,      // connect request (RC)
+  kRep = 2,      // accept
+  kRtu = 3,      // ready to use: the active side is established
+  kRej = 4,      // reject
+  kDreq = 5,     // disconnect
+  kSidrReq = 6,  // UD "connect": ask for the service's QP number and qkey
+  kSidrRep = 7,  // UD answer
+};
+
+struct CmMsg {
+  uint32_t magic;
+  MsgType type;
+  uint8_t port_space_udp;  // 1 for RDMA_PS_UDP
+  uint8_t private_len;
+  uint8_t reject_status;
+  uint32_t qpn;
+  uint32_t psn;
+  uint32_t qkey;
+  uint8_t responder_resources;
+  uint8_t initiator_depth;
+  uint8_t retry_count;
+  uint8_t rnr_retry_count;
+  uint8_t flow_control;
+  uint8_t srq;
+  uint8_t pad[2];
+  uint8_t gid[16];
+  uint8_t private_data[kMaxPrivateData];
+};
+static_assert(sizeof(CmMsg) == 240, "the CM message format is fixed");
+
+/// True when a received message is well formed.
+inline bool valid(const CmMsg& m) {
+  return m.magic == kCmMagic && m.type >= MsgType::kReq && m.type <= MsgType::kSidrRep &&
+         m.private_len <= kMaxPrivateData;
+}
+
+}  // namespace softrdma::cm
