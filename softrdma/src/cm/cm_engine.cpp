@@ -174,7 +174,7 @@ void on_message(CmId* id, const CmMsg& m) {
       return;
     case MsgType::kDreq:
       if (id->state != IdState::kConnected) return;
-      close_connection(id);
+      end_connection(id);
       id->state = IdState::kDisconnected;
       post_event(id, RDMA_CM_EVENT_DISCONNECTED, 0);
       if (id->id.qp)
@@ -189,7 +189,10 @@ void on_message(CmId* id, const CmMsg& m) {
 // The peer's end of the connection went away without a word.
 void on_connection_lost(CmId* id) {
   const IdState was = id->state;
-  close_connection(id);
+  if (was == IdState::kConnected)
+    end_connection(id);
+  else
+    close_connection(id);
   switch (was) {
     case IdState::kConnected:
       id->state = IdState::kDisconnected;
@@ -359,7 +362,11 @@ void close_connection(CmId* id) {
     close(id->sock);
     id->sock = -1;
   }
-  if (id->id.qp) {
+}
+
+void end_connection(CmId* id) {
+  close_connection(id);
+  if (id->id.qp && id->id.qp->qp_type != IBV_QPT_UD) {
     ibv_qp_attr attr{};
     attr.qp_state = IBV_QPS_ERR;
     ibv_modify_qp(id->id.qp, &attr, IBV_QP_STATE);

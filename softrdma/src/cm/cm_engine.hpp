@@ -26,7 +26,10 @@ void after(CmId* id, std::chrono::milliseconds delay, std::function<void(CmId*)>
 /// Sends one message on the id's connection; false if the connection is broken.
 bool send_msg(CmId* id, const CmMsg& m);
 
-/// Closes the id's connection (if any) and moves its QP to ERROR after a disconnect.
+/// Closes the id's connection (if any).
 void close_connection(CmId* id);
+/// Ends an established RC connection: closes it and moves the QP to ERROR, which flushes
+/// the QP's outstanding work, as a disconnect does on a NIC.
+void end_connection(CmId* id);
 
 }  // namespace softrdma::cm

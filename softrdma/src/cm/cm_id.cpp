@@ -325,7 +325,7 @@ SOFTRDMA_EXPORT int rdma_disconnect(rdma_cm_id* cm_id) {
   switch (id->state) {
     case IdState::kConnected:
       if (!is_ud(id)) send_msg(id, new_msg(MsgType::kDreq));
-      close_connection(id);
+      end_connection(id);
       id->state = IdState::kDisconnected;
       if (is_ud(id)) return 0;
       post_event(id, RDMA_CM_EVENT_DISCONNECTED, 0);

@@ -60,6 +60,8 @@ int create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* init) {
   if (!id->verbs) return fail(ENODEV);
   if (!pd) pd = default_pd(id->verbs);
   ibv_qp_init_attr attr = *init;
+  // Endpoints (rdma_create_ep) leave the type to the id, which has it from rdma_getaddrinfo.
+  if (attr.qp_type == 0) attr.qp_type = id->qp_type;
   if (!attr.srq && id->srq) attr.srq = id->srq;
   if (!ensure_cqs(id, attr, true)) return -1;
   ibv_qp* qp = ibv_create_qp(pd, &attr);

@@ -89,6 +89,7 @@ SOFTRDMA_EXPORT int rdma_create_ep(rdma_cm_id** out, rdma_addrinfo* res, ibv_pd*
   rdma_cm_id* id = nullptr;
   if (create_id(nullptr, &id, nullptr, static_cast<rdma_port_space>(res->ai_port_space)) != 0)
     return -1;
+  if (res->ai_qp_type) id->qp_type = static_cast<ibv_qp_type>(res->ai_qp_type);
   int rc;
   if (res->ai_flags & RAI_PASSIVE) {
     rc = rdma_bind_addr(id, res->ai_src_addr);

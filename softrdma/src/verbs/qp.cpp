@@ -80,6 +80,8 @@ ibv_qp* create_qp(ibv_context* context, ibv_qp_init_attr_ex& a) {
   q->send_cq = to_cq(a.send_cq);
   q->recv_cq = to_cq(a.recv_cq);
   q->srq = a.srq ? to_srq(a.srq) : nullptr;
+  // As NICs do, report what the QP really supports: at least what was asked for.
+  a.cap.max_inline_data = limits::kMaxInline;
   q->cap = a.cap;
   q->sq_sig_all = a.sq_sig_all;
   q->pd_id = s.pd_id;
