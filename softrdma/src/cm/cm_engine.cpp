@@ -80,9 +80,7 @@ void fill_route_addrs(CmId* id, int fd) {
 }
 
 void reject_and_close(int fd, int status) {
-  CmMsg m{};
-  m.magic = kCmMagic;
-  m.type = MsgType::kRej;
+  CmMsg m = make_msg(MsgType::kRej);
   m.reject_status = static_cast<uint8_t>(status);
   send(fd, &m, sizeof m, MSG_NOSIGNAL);
   close(fd);
@@ -140,12 +138,7 @@ void on_message(CmId* id, const CmMsg& m) {
         post_event(id, RDMA_CM_EVENT_CONNECT_ERROR, -err, &m);
         return;
       }
-      {
-        CmMsg rtu{};
-        rtu.magic = kCmMagic;
-        rtu.type = MsgType::kRtu;
-        send_msg(id, rtu);
-      }
+      send_msg(id, make_msg(MsgType::kRtu));
       id->state = IdState::kConnected;
       post_event(id, RDMA_CM_EVENT_ESTABLISHED, 0, &m);
       return;
@@ -173,13 +166,12 @@ void on_message(CmId* id, const CmMsg& m) {
       post_event(id, RDMA_CM_EVENT_REJECTED, m.reject_status, &m);
       return;
     case MsgType::kDreq:
-      if (id->state != IdState::kConnected) return;
-      end_connection(id);
-      id->state = IdState::kDisconnected;
-      post_event(id, RDMA_CM_EVENT_DISCONNECTED, 0);
-      if (id->id.qp)
-        after(id, std::chrono::milliseconds(100),
-              [](CmId* i) { post_event(i, RDMA_CM_EVENT_TIMEWAIT_EXIT, 0); });
+      if (id->state != IdState::kConnected && id->state != IdState::kDisconnecting) return;
+      send_msg(id, make_msg(MsgType::kDrep));
+      disconnected(id);
+      return;
+    case MsgType::kDrep:
+      if (id->state == IdState::kDisconnecting) disconnected(id);
       return;
     default:
       return;
@@ -189,14 +181,11 @@ void on_message(CmId* id, const CmMsg& m) {
 // The peer's end of the connection went away without a word.
 void on_connection_lost(CmId* id) {
   const IdState was = id->state;
-  if (was == IdState::kConnected)
-    end_connection(id);
-  else
-    close_connection(id);
+  close_connection(id);
   switch (was) {
     case IdState::kConnected:
-      id->state = IdState::kDisconnected;
-      post_event(id, RDMA_CM_EVENT_DISCONNECTED, 0);
+    case IdState::kDisconnecting:
+      disconnected(id);
       break;
     case IdState::kConnecting:
     case IdState::kAwaitEstablish:
@@ -349,6 +338,14 @@ void after(CmId* id, std::chrono::milliseconds delay, std::function<void(CmId*)>
   e.timers.emplace(Clock::now() + delay, Timer{id, std::move(fn)});
   const uint64_t one = 1;  // the thread recomputes how long it may sleep
   [[maybe_unused]] ssize_t n = write(e.wake_fd, &one, sizeof one);
+}
+
+void disconnected(CmId* id) {
+  end_connection(id);
+  id->state = IdState::kDisconnected;
+  post_event(id, RDMA_CM_EVENT_DISCONNECTED, 0);
+  if (id->id.qp)
+    after(id, kTimewait, [](CmId* i) { post_event(i, RDMA_CM_EVENT_TIMEWAIT_EXIT, 0); });
 }
 
 bool send_msg(CmId* id, const CmMsg& m) {

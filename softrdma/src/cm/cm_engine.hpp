@@ -11,6 +11,10 @@
 
 namespace softrdma::cm {
 
+/// How long a disconnected connection stays in timewait before RDMA_CM_EVENT_TIMEWAIT_EXIT.
+/// Long enough that applications tearing down right after DISCONNECTED never see it.
+inline constexpr std::chrono::milliseconds kTimewait{1000};
+
 /// The lock over every id's state, taken by API calls and by the CM thread.
 std::mutex& cm_mutex();
 
@@ -25,6 +29,9 @@ void after(CmId* id, std::chrono::milliseconds delay, std::function<void(CmId*)>
 
 /// Sends one message on the id's connection; false if the connection is broken.
 bool send_msg(CmId* id, const CmMsg& m);
+
+/// The connection is over: QP to ERROR, DISCONNECTED now, TIMEWAIT_EXIT after kTimewait.
+void disconnected(CmId* id);
 
 /// Closes the id's connection (if any).
 void close_connection(CmId* id);

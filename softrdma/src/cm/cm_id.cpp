@@ -46,13 +46,6 @@ void fill_local_params(CmMsg& m, const rdma_conn_param* p, int limit) {
   }
 }
 
-CmMsg new_msg(MsgType type) {
-  CmMsg m{};
-  m.magic = kCmMagic;
-  m.type = type;
-  return m;
-}
-
 int open_socket() {
   return socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 }
@@ -111,7 +104,7 @@ SOFTRDMA_EXPORT int rdma_destroy_id(rdma_cm_id* cm_id) {
   CmId* id = to_id(cm_id);
   {
     std::lock_guard lock(cm_mutex());
-    if (id->state == IdState::kConnected && !is_ud(id)) send_msg(id, new_msg(MsgType::kDreq));
+    if (id->state == IdState::kConnected && !is_ud(id)) send_msg(id, make_msg(MsgType::kDreq));
     if (id->state == IdState::kRequested && id->listener) --id->listener->pending_requests;
     unwatch(id);
     if (id->sock >= 0) close(id->sock);
@@ -232,7 +225,7 @@ SOFTRDMA_EXPORT int rdma_connect(rdma_cm_id* cm_id, rdma_conn_param* param) {
   {
     std::lock_guard lock(cm_mutex());
     if (id->state != IdState::kRouteResolved) return fail(EINVAL);
-    CmMsg req = new_msg(ud ? MsgType::kSidrReq : MsgType::kReq);
+    CmMsg req = make_msg(ud ? MsgType::kSidrReq : MsgType::kReq);
     req.port_space_udp = ud;
     req.qpn = cm_id->qp ? cm_id->qp->qp_num : (param ? param->qp_num : 0);
     req.psn = id->local_psn;
@@ -277,7 +270,7 @@ SOFTRDMA_EXPORT int rdma_accept(rdma_cm_id* cm_id, rdma_conn_param* param) {
     if (!ud) {
       if (int err = connect_qp(id)) return fail(err);
     }
-    CmMsg rep = new_msg(ud ? MsgType::kSidrRep : MsgType::kRep);
+    CmMsg rep = make_msg(ud ? MsgType::kSidrRep : MsgType::kRep);
     rep.port_space_udp = ud;
     rep.qpn = cm_id->qp ? cm_id->qp->qp_num : (param ? param->qp_num : 0);
     rep.psn = id->local_psn;
@@ -307,7 +300,7 @@ SOFTRDMA_EXPORT int rdma_reject(rdma_cm_id* cm_id, const void* private_data,
   if (private_data_len > kRejPrivate) return fail(EINVAL);
   std::lock_guard lock(cm_mutex());
   if (id->state != IdState::kRequested) return fail(EINVAL);
-  CmMsg rej = new_msg(is_ud(id) ? MsgType::kSidrRep : MsgType::kRej);
+  CmMsg rej = make_msg(is_ud(id) ? MsgType::kSidrRep : MsgType::kRej);
   rej.reject_status = 28;  // consumer defined
   rej.private_len = private_data ? private_data_len : 0;
   if (rej.private_len) std::memcpy(rej.private_data, private_data, rej.private_len);
@@ -324,15 +317,25 @@ SOFTRDMA_EXPORT int rdma_disconnect(rdma_cm_id* cm_id) {
   std::lock_guard lock(cm_mutex());
   switch (id->state) {
     case IdState::kConnected:
-      if (!is_ud(id)) send_msg(id, new_msg(MsgType::kDreq));
-      end_connection(id);
-      id->state = IdState::kDisconnected;
-      if (is_ud(id)) return 0;
-      post_event(id, RDMA_CM_EVENT_DISCONNECTED, 0);
-      if (cm_id->qp)
-        after(id, std::chrono::milliseconds(100),
-              [](CmId* i) { post_event(i, RDMA_CM_EVENT_TIMEWAIT_EXIT, 0); });
+      if (is_ud(id)) {
+        close_connection(id);
+        id->state = IdState::kDisconnected;
+        return 0;
+      }
+      // DISCONNECTED follows when the peer acknowledges (or is found gone).
+      if (!send_msg(id, make_msg(MsgType::kDreq))) {
+        disconnected(id);
+        return 0;
+      }
+      if (cm_id->qp) {
+        ibv_qp_attr attr{};
+        attr.qp_state = IBV_QPS_ERR;
+        ibv_modify_qp(cm_id->qp, &attr, IBV_QP_STATE);
+      }
+      id->state = IdState::kDisconnecting;
       return 0;
+    case IdState::kDisconnecting:
+      return 0;  // already on its way
     case IdState::kAccepting:
     case IdState::kAwaitEstablish:
     case IdState::kConnecting:
@@ -350,7 +353,7 @@ SOFTRDMA_EXPORT int rdma_establish(rdma_cm_id* cm_id) {
   CmId* id = to_id(cm_id);
   std::lock_guard lock(cm_mutex());
   if (id->state != IdState::kAwaitEstablish) return fail(EINVAL);
-  if (!send_msg(id, new_msg(MsgType::kRtu))) return fail(ECONNRESET);
+  if (!send_msg(id, make_msg(MsgType::kRtu))) return fail(ECONNRESET);
   id->state = IdState::kConnected;
   return 0;
 }

@@ -42,6 +42,7 @@ enum class IdState {
   kAccepting,       // REP sent, waiting for RTU
   kRequested,       // a child that received a REQ, not yet accepted
   kConnected,
+  kDisconnecting,  // DREQ sent, waiting for DREP
   kDisconnected,
   kDestroying,
 };

@@ -1,8 +1,8 @@
 // QPs and SRQs on rdma_cm_ids: rdma_create_qp(_ex), rdma_destroy_qp, rdma_create_srq(_ex),
 // rdma_destroy_srq. Missing CQs are created (each with its completion channel), as
 // librdmacm does, and destroyed with the QP.
-#include <cerrno>
 #include <rdma/rdma_verbs.h>
+#include <cerrno>
 
 #include "cm/cm_context.hpp"
 #include "cm/cm_engine.hpp"

@@ -19,6 +19,7 @@ enum class MsgType : uint8_t {
   kDreq = 5,     // disconnect
   kSidrReq = 6,  // UD "connect": ask for the service's QP number and qkey
   kSidrRep = 7,  // UD answer
+  kDrep = 8,     // disconnect acknowledged: the initiator of a disconnect is told now
 };
 
 struct CmMsg {
@@ -42,9 +43,17 @@ struct CmMsg {
 };
 static_assert(sizeof(CmMsg) == 240, "the CM message format is fixed");
 
+/// A message of `type` with every other field zero.
+inline CmMsg make_msg(MsgType type) {
+  CmMsg m{};
+  m.magic = kCmMagic;
+  m.type = type;
+  return m;
+}
+
 /// True when a received message is well formed.
 inline bool valid(const CmMsg& m) {
-  return m.magic == kCmMagic && m.type >= MsgType::kReq && m.type <= MsgType::kSidrRep &&
+  return m.magic == kCmMagic && m.type >= MsgType::kReq && m.type <= MsgType::kDrep &&
          m.private_len <= kMaxPrivateData;
 }
 
