@@ -30,7 +30,8 @@ int connection_qp_attr(CmId* id, ibv_qp_attr* attr, int* mask);
 /// Moves the id's QP through INIT (if needed), RTR and RTS. 0 or an errno.
 int connect_qp(CmId* id);
 
-EventChannel* new_channel(bool owned_by_id);
+/// An event channel; `owner` (if not null) is the synchronous id it is private to.
+EventChannel* new_channel(const CmId* owner);
 void delete_channel(EventChannel* ch);
 
 }  // namespace softrdma::cm

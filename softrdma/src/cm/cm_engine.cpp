@@ -207,6 +207,17 @@ void on_connect_done(Engine& e, CmId* id, int fd) {
   getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
   if (err == EINPROGRESS) return;
   e.watches[fd].connecting = false;
+  if (err == ECONNREFUSED && Clock::now() < id->refused_until) {
+    close_connection(id);
+    after(id, std::chrono::milliseconds(20), [](CmId* i) {
+      if (i->state != IdState::kConnecting) return;
+      if (int e2 = start_connect(i)) {
+        i->state = IdState::kRouteResolved;
+        post_event(i, RDMA_CM_EVENT_UNREACHABLE, -e2);
+      }
+    });
+    return;
+  }
   if (err == 0 && send_msg(id, id->request)) {
     epoll_set(e, fd, EPOLLIN | EPOLLRDHUP, false);
     fill_route_addrs(id, fd);
@@ -346,6 +357,23 @@ void disconnected(CmId* id) {
   post_event(id, RDMA_CM_EVENT_DISCONNECTED, 0);
   if (id->id.qp)
     after(id, kTimewait, [](CmId* i) { post_event(i, RDMA_CM_EVENT_TIMEWAIT_EXIT, 0); });
+}
+
+int start_connect(CmId* id) {
+  id->sock = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (id->sock < 0) return errno;
+  sockaddr_in src = id->id.route.addr.src_sin;
+  src.sin_port = 0;
+  bind(id->sock, reinterpret_cast<sockaddr*>(&src), sizeof src);
+  if (connect(id->sock, &id->id.route.addr.dst_addr, sizeof(sockaddr_in)) != 0 &&
+      errno != EINPROGRESS) {
+    const int err = errno;
+    close(id->sock);
+    id->sock = -1;
+    return err;
+  }
+  watch(id, true);
+  return 0;
 }
 
 bool send_msg(CmId* id, const CmMsg& m) {

@@ -15,6 +15,15 @@ namespace softrdma::cm {
 /// Long enough that applications tearing down right after DISCONNECTED never see it.
 inline constexpr std::chrono::milliseconds kTimewait{1000};
 
+/// How long a connection request keeps being retried while nobody listens yet. A REQ on a
+/// NIC is resent while the passive side's CM is slow to answer; this covers servers that
+/// replace their listener between two connections (perftest -R does) without a refusal.
+inline constexpr std::chrono::milliseconds kRefusedGrace{500};
+
+/// Opens the id's TCP connection to its destination, from its resolved source address,
+/// and watches it. 0 or an errno. Caller holds cm_mutex.
+int start_connect(CmId* id);
+
 /// The lock over every id's state, taken by API calls and by the CM thread.
 std::mutex& cm_mutex();
 

@@ -77,7 +77,7 @@ int create_id(rdma_event_channel* channel, rdma_cm_id** out, void* context, rdma
   if (!out || (ps != RDMA_PS_TCP && ps != RDMA_PS_UDP && ps != RDMA_PS_IB)) return fail(EINVAL);
   auto* id = new CmId();
   id->synchronous = channel == nullptr;
-  id->channel = channel ? to_channel(channel) : new_channel(true);
+  id->channel = channel ? to_channel(channel) : new_channel(id);
   if (!id->channel) {
     delete id;
     return fail(ENOMEM);
@@ -113,7 +113,7 @@ SOFTRDMA_EXPORT int rdma_destroy_id(rdma_cm_id* cm_id) {
   }
   drop_queued_events(id);
   std::free(cm_id->route.path_rec);
-  if (id->channel->owned_by_id) delete_channel(id->channel);
+  if (id->channel->owner == id) delete_channel(id->channel);
   delete id;
   return 0;
 }
@@ -235,21 +235,11 @@ SOFTRDMA_EXPORT int rdma_connect(rdma_cm_id* cm_id, rdma_conn_param* param) {
     id->request = req;
     id->retry_count = req.retry_count;
     id->rnr_retry_count = req.rnr_retry_count;
-    // The connection leaves from the resolved source address.
     if (id->sock >= 0) close(id->sock);
-    id->sock = open_socket();
-    sockaddr_in src = cm_id->route.addr.src_sin;
-    src.sin_port = 0;
-    bind(id->sock, reinterpret_cast<sockaddr*>(&src), sizeof src);
-    const int rc = connect(id->sock, &cm_id->route.addr.dst_addr, sizeof(sockaddr_in));
-    if (rc != 0 && errno != EINPROGRESS) {
-      const int err = errno;
-      close(id->sock);
-      id->sock = -1;
-      return fail(err);
-    }
+    id->sock = -1;
+    id->refused_until = std::chrono::steady_clock::now() + kRefusedGrace;
+    if (int err = start_connect(id)) return fail(err);
     id->state = IdState::kConnecting;
-    watch(id, true);
     after(id, kConnectTimeout, [](CmId* i) {
       if (i->state != IdState::kConnecting) return;
       close_connection(i);
@@ -367,14 +357,14 @@ SOFTRDMA_EXPORT int rdma_init_qp_attr(rdma_cm_id* cm_id, ibv_qp_attr* attr, int*
 
 SOFTRDMA_EXPORT int rdma_migrate_id(rdma_cm_id* cm_id, rdma_event_channel* channel) {
   CmId* id = to_id(cm_id);
-  EventChannel* target = channel ? to_channel(channel) : new_channel(true);
+  EventChannel* target = channel ? to_channel(channel) : new_channel(id);
   if (!target) return fail(ENOMEM);
   std::lock_guard lock(cm_mutex());
   EventChannel* old = id->channel;
   id->channel = target;
   id->synchronous = channel == nullptr;
   cm_id->channel = &target->channel;
-  if (old->owned_by_id) delete_channel(old);
+  if (old->owner == id) delete_channel(old);
   return 0;
 }
 

@@ -4,6 +4,8 @@
 
 #include <rdma/rdma_cma.h>
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -27,7 +29,9 @@ struct EventChannel {
   std::mutex mutex;
   std::condition_variable arrived;  // for synchronous ids, which wait without the fd
   std::deque<Event*> queue;
-  bool owned_by_id = false;  // the private channel of a synchronous id
+  // The synchronous id this channel is private to (its children share it until
+  // rdma_get_request gives them their own); null for application channels.
+  const CmId* owner = nullptr;
 };
 
 enum class IdState {
@@ -63,6 +67,8 @@ struct CmId {
   uint8_t retry_count = 7;  // for our QP's RTS, from the active side's conn_param
   uint8_t rnr_retry_count = 7;
   CmMsg request{};  // the active side's REQ (or SIDR REQ), sent once TCP connects
+  // Until then a refused connection is tried again (see kRefusedGrace).
+  std::chrono::steady_clock::time_point refused_until{};
   // rdma_create_ep: the QP every child of a listening endpoint gets.
   bool has_child_qp_attr = false;
   ibv_qp_init_attr child_qp_attr{};

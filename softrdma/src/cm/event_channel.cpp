@@ -75,10 +75,10 @@ Event* wait_event(CmId* id, int timeout_ms) {
   return e;
 }
 
-EventChannel* new_channel(bool owned_by_id) {
+EventChannel* new_channel(const CmId* owner) {
   auto* ch = new EventChannel();
-  ch->channel.fd = eventfd(0, EFD_SEMAPHORE | EFD_CLOEXEC | (owned_by_id ? EFD_NONBLOCK : 0));
-  ch->owned_by_id = owned_by_id;
+  ch->channel.fd = eventfd(0, EFD_SEMAPHORE | EFD_CLOEXEC | (owner ? EFD_NONBLOCK : 0));
+  ch->owner = owner;
   if (ch->channel.fd < 0) {
     delete ch;
     return nullptr;
@@ -97,7 +97,7 @@ void delete_channel(EventChannel* ch) {
 using namespace softrdma::cm;
 
 SOFTRDMA_EXPORT rdma_event_channel* rdma_create_event_channel() {
-  EventChannel* ch = new_channel(false);
+  EventChannel* ch = new_channel(nullptr);
   return ch ? &ch->channel : nullptr;
 }
 

@@ -1,0 +1,50 @@
+#include "support/client_pair.hpp"
+
+#include <gtest/gtest.h>
+
+#include "support/listening.hpp"
+#include "support/subprocess.hpp"
+
+using namespace std::chrono_literals;
+
+namespace rdmakit::testing {
+namespace {
+
+std::string expand(std::string s, int port, const std::string& server) {
+  for (auto [key, value] : {std::pair<std::string, std::string>{"{port}", std::to_string(port)},
+                            {"{server}", server}}) {
+    for (size_t at; (at = s.find(key)) != std::string::npos;) s.replace(at, key.size(), value);
+  }
+  return s;
+}
+
+std::vector<std::string> command(const std::vector<std::string>& prefix, const std::string& line) {
+  std::vector<std::string> argv = prefix;
+  argv.push_back(SOFTRDMA_RUN);
+  for (auto& w : words(line)) argv.push_back(w);
+  return argv;
+}
+
+}  // namespace
+
+PairCase same_program(const std::string& name, const std::string& program_and_args) {
+  return {name, program_and_args + " -p {port}", program_and_args + " -p {port} {server}"};
+}
+
+void run_pair(const PairCase& c, Placement where, const TwoHosts* hosts) {
+  const bool netns = where != Placement::kThisHost;
+  ASSERT_TRUE(!netns || (hosts && hosts->ok())) << "no network namespaces";
+  const int port = c.fixed_port ? c.fixed_port : free_tcp_port();
+  const std::string server_addr = netns ? hosts->address(0) : "127.0.0.1";
+  const std::vector<std::string> none;
+  const auto& server_ns = netns ? hosts->on(0) : none;
+  const auto& client_ns = where == Placement::kTwoHosts ? hosts->on(1) : server_ns;
+  Process server(command(server_ns, expand(c.server, port, server_addr)));
+  ASSERT_TRUE(wait_listening(port, 10s, netns ? server.pid() : 0)) << "server did not listen";
+  auto client = run(command(client_ns, expand(c.client, port, server_addr)), 120s);
+  auto served = server.wait(30s);
+  EXPECT_TRUE(client.ok()) << "client: " << client.describe();
+  EXPECT_TRUE(served.ok()) << "server: " << served.describe();
+}
+
+}  // namespace rdmakit::testing

@@ -1,0 +1,35 @@
+// Running a server program and a client program against each other, on softrdma, on one
+// host or on two (network namespaces), bounded in time.
+#pragma once
+
+#include <string>
+
+#include "support/two_hosts.hpp"
+
+namespace rdmakit::testing {
+
+/// Command lines with placeholders: {port} becomes a free port (or `fixed_port`), {server}
+/// the server's address.
+struct PairCase {
+  std::string name;
+  std::string server;
+  std::string client;
+  int fixed_port = 0;  // for programs whose port cannot be chosen (udaddy)
+};
+
+/// The usual form: the same program and options on both sides, the client naming the
+/// server last (ibv_*_pingpong, perftest).
+PairCase same_program(const std::string& name, const std::string& program_and_args);
+
+/// Where the two programs run.
+enum class Placement {
+  kThisHost,     // this network namespace
+  kPrivateHost,  // both in one network namespace of the test's own
+  kTwoHosts,     // server and client in two namespaces joined by veth
+};
+
+/// Runs the pair; adds test failures (with both outputs) when either side fails. `hosts`
+/// is needed for the namespace placements.
+void run_pair(const PairCase& c, Placement where, const TwoHosts* hosts);
+
+}  // namespace rdmakit::testing
