@@ -110,11 +110,17 @@ def main():
     ap.add_argument("--map", required=True)
     ap.add_argument("--private-stubs")
     ap.add_argument("--private-node-out", help="file that receives the private node's name")
+    ap.add_argument("--extra-node", help="NAME:sym,sym - a node of our own (e.g. for calls "
+                    "between softrdma's two libraries), appended to the map")
     a = ap.parse_args()
     nodes, rows = version_nodes(a.system_lib), exports(a.system_lib)
     if not nodes or not rows:
         sys.exit("generate_abi: no versioned exports found in " + a.system_lib)
     write_map(a.map, nodes, rows)
+    if a.extra_node:
+        name, syms = a.extra_node.split(":", 1)
+        with open(a.map, "a") as out:
+            out.write("%s {\n  global:\n%s};\n" % (name, "".join("    %s;\n" % s for s in syms.split(","))))
     private = [n for n, _ in nodes if "PRIVATE" in n]
     if a.private_stubs:
         write_private_stubs(a.private_stubs, rows, private[0] if private else "")

@@ -111,9 +111,9 @@ inline ::testing::AssertionResult starts_with(const std::vector<uint8_t>& got,
                                               const std::vector<uint8_t>& want) {
   if (got.size() >= want.size() && std::equal(want.begin(), want.end(), got.begin()))
     return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "private data of " << got.size()
-                                       << " bytes does not start with the " << want.size()
-                                       << " bytes sent";
+  return ::testing::AssertionFailure()
+         << "private data of " << got.size() << " bytes does not start with the " << want.size()
+         << " bytes sent";
 }
 
 /// `n` bytes of a recognisable pattern.
@@ -200,7 +200,9 @@ class CmTest : public ::testing::Test {
     for (auto it = ids_.rbegin(); it != ids_.rend(); ++it) destroy_id(*it);
     ids_.clear();
     cqs_.clear();
-    if (pd_) EXPECT_EQ(ibv_dealloc_pd(pd_), 0);
+    if (pd_) {
+      EXPECT_EQ(ibv_dealloc_pd(pd_), 0);
+    }
     pd_ = nullptr;
     for (rdma_event_channel* ch : channels_) rdma_destroy_event_channel(ch);
     channels_.clear();

@@ -352,7 +352,8 @@ void after(CmId* id, std::chrono::milliseconds delay, std::function<void(CmId*)>
 }
 
 void disconnected(CmId* id) {
-  end_connection(id);
+  close_connection(id);
+  fail_qp(id);
   id->state = IdState::kDisconnected;
   post_event(id, RDMA_CM_EVENT_DISCONNECTED, 0);
   if (id->id.qp)
@@ -376,6 +377,10 @@ int start_connect(CmId* id) {
   return 0;
 }
 
+void fail_qp(CmId* id) {
+  if (id->rc_qpn) softrdma_qp_error(id->rc_qpn);
+}
+
 bool send_msg(CmId* id, const CmMsg& m) {
   return id->sock >= 0 && send(id->sock, &m, sizeof m, MSG_NOSIGNAL) == sizeof m;
 }
@@ -386,15 +391,6 @@ void close_connection(CmId* id) {
     if (e.watches.erase(id->sock)) epoll_ctl(e.epfd, EPOLL_CTL_DEL, id->sock, nullptr);
     close(id->sock);
     id->sock = -1;
-  }
-}
-
-void end_connection(CmId* id) {
-  close_connection(id);
-  if (id->id.qp && id->id.qp->qp_type != IBV_QPT_UD) {
-    ibv_qp_attr attr{};
-    attr.qp_state = IBV_QPS_ERR;
-    ibv_modify_qp(id->id.qp, &attr, IBV_QP_STATE);
   }
 }
 

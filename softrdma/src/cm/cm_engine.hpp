@@ -39,13 +39,14 @@ void after(CmId* id, std::chrono::milliseconds delay, std::function<void(CmId*)>
 /// Sends one message on the id's connection; false if the connection is broken.
 bool send_msg(CmId* id, const CmMsg& m);
 
-/// The connection is over: QP to ERROR, DISCONNECTED now, TIMEWAIT_EXIT after kTimewait.
+/// The connection is over: DISCONNECTED now (the QP goes to ERROR when the application
+/// takes the event), TIMEWAIT_EXIT after kTimewait.
 void disconnected(CmId* id);
 
 /// Closes the id's connection (if any).
 void close_connection(CmId* id);
-/// Ends an established RC connection: closes it and moves the QP to ERROR, which flushes
-/// the QP's outstanding work, as a disconnect does on a NIC.
-void end_connection(CmId* id);
+/// Moves the id's RC QP to ERROR (flushing its receives), found by number: the application
+/// may destroy the QP at any time, so the CM never follows id->qp from its own thread.
+void fail_qp(CmId* id);
 
 }  // namespace softrdma::cm

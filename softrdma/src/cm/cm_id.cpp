@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <cerrno>
@@ -63,8 +64,12 @@ void drop_queued_events(CmId* id) {
     if ((*it)->event.id == &id->id) {
       delete *it;
       it = ch->queue.erase(it);
+      // Take its count back if it is still there; a reader may have taken it already, and
+      // then finds the queue empty and waits on.
+      pollfd p{ch->channel.fd, POLLIN, 0};
       uint64_t count;
-      [[maybe_unused]] ssize_t n = read(ch->channel.fd, &count, sizeof count);
+      if (poll(&p, 1, 0) == 1) [[maybe_unused]]
+        ssize_t n = read(ch->channel.fd, &count, sizeof count);
     } else {
       ++it;
     }
@@ -317,11 +322,7 @@ SOFTRDMA_EXPORT int rdma_disconnect(rdma_cm_id* cm_id) {
         disconnected(id);
         return 0;
       }
-      if (cm_id->qp) {
-        ibv_qp_attr attr{};
-        attr.qp_state = IBV_QPS_ERR;
-        ibv_modify_qp(cm_id->qp, &attr, IBV_QP_STATE);
-      }
+      fail_qp(id);
       id->state = IdState::kDisconnecting;
       return 0;
     case IdState::kDisconnecting:

@@ -15,6 +15,9 @@
 
 #include "cm/cm_wire.hpp"
 
+// From softrdma's libibverbs (node SOFTRDMA_PRIVATE_1): stops a QP of this process.
+extern "C" int softrdma_qp_error(uint32_t qpn);
+
 namespace softrdma::cm {
 
 struct CmId;
@@ -63,6 +66,7 @@ struct CmId {
   // What the peer told us (REQ/REP/SIDR): its QP and transport parameters.
   CmMsg peer{};
   uint32_t local_psn = 0;
+  uint32_t rc_qpn = 0;  // the RC QP rdma_create_qp made for this id (0: none)
   uint8_t ack_timeout = 14;
   uint8_t retry_count = 7;  // for our QP's RTS, from the active side's conn_param
   uint8_t rnr_retry_count = 7;

@@ -68,6 +68,7 @@ int create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* init) {
   if (!qp) return -1;
   id->qp = qp;
   id->pd = pd;
+  if (qp->qp_type == IBV_QPT_RC) to_id(id)->rc_qpn = qp->qp_num;
   init->cap = attr.cap;
   init->send_cq = attr.send_cq;
   init->recv_cq = attr.recv_cq;
@@ -117,6 +118,7 @@ SOFTRDMA_EXPORT int rdma_create_qp_ex(rdma_cm_id* id, ibv_qp_init_attr_ex* attr)
 }
 
 SOFTRDMA_EXPORT void rdma_destroy_qp(rdma_cm_id* id) {
+  to_id(id)->rc_qpn = 0;
   if (id->qp) ibv_destroy_qp(id->qp);
   id->qp = nullptr;
   destroy_cq(&id->send_cq_channel, &id->send_cq);

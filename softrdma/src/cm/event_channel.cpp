@@ -110,15 +110,15 @@ SOFTRDMA_EXPORT int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event
     errno = EINVAL;
     return -1;
   }
-  uint64_t count;
-  if (read(channel->fd, &count, sizeof count) != sizeof count) return -1;  // errno set
-  Event* e = pop(to_channel(channel));
-  if (!e) {
-    errno = EAGAIN;
-    return -1;
+  for (;;) {
+    uint64_t count;
+    if (read(channel->fd, &count, sizeof count) != sizeof count) return -1;  // errno set
+    // Empty only if the event's id was destroyed meanwhile: wait for the next one.
+    if (Event* e = pop(to_channel(channel))) {
+      *event = &e->event;
+      return 0;
+    }
   }
-  *event = &e->event;
-  return 0;
 }
 
 SOFTRDMA_EXPORT int rdma_ack_cm_event(rdma_cm_event* event) {

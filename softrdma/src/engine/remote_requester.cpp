@@ -38,6 +38,8 @@ wire::Request make_request(const Qp& qp, const SendWork& w, uint64_t length) {
   const Gid sgid = qp.ctx->gids.at(qp.attr.ah_attr.grh.sgid_index);
   std::memcpy(h.src_gid, sgid.data(), 16);
   std::memcpy(h.dst_gid, destination_gid(qp, w), 16);
+  if (qp.qpx.qp_base.qp_type == IBV_QPT_RC)
+    h.acked_psn_end = qp.shared->peer_psn_end.load(std::memory_order_acquire);
   return h;
 }
 
@@ -112,6 +114,19 @@ std::optional<Clock::time_point> expire_inflight(Qp& qp, Clock::time_point now) 
   for (const SendWork& rest : qp.inflight) flush_one(qp, rest);
   qp.inflight.clear();
   return std::nullopt;
+}
+
+void apply_implied_acks(uint32_t qpn, uint32_t psn_end) {
+  Qp* qp = local_qp(qpn);  // only when this process owns the QP (the usual case)
+  if (!qp) return;
+  std::lock_guard lock(qp->sq_mutex);
+  // Requests whose answer carries data (READ, atomics) wait for that answer.
+  while (!qp->inflight.empty() && static_cast<int32_t>(qp->inflight.front().psn - psn_end) < 0 &&
+         qp->inflight.front().opcode != IBV_WR_RDMA_READ &&
+         !is_atomic(qp->inflight.front().opcode)) {
+    complete(*qp, qp->inflight.front(), IBV_WC_SUCCESS);
+    qp->inflight.pop_front();
+  }
 }
 
 namespace wire {

@@ -97,7 +97,9 @@ struct QpShared {
   uint64_t context_offset;
   uint64_t owner_handle;  // the owner's struct ibv_qp*, for async events
   uint32_t uses_srq;
-  uint32_t pad2;
+  // TCP transport: one past the last PSN of the peer's requests this QP executed, so the
+  // QP's own requests can carry the acknowledgement (see wire::Request::acked_psn_end).
+  std::atomic<uint32_t> peer_psn_end;
 };
 
 struct AsyncEntry {

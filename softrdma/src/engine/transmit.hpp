@@ -19,6 +19,10 @@ bool destination_is_remote(const Qp& qp, const SendWork& w);
 /// qp.inflight; on kBlocked it waits until w.next_attempt. The caller holds qp.sq_mutex.
 Outcome transmit(Qp& qp, SendWork& w, const iovec* payload, int count, uint64_t length);
 
+/// The peer of QP `qpn` has executed its requests below `psn_end` (an acknowledgement
+/// carried by the peer's own request): completes them before that request is delivered.
+void apply_implied_acks(uint32_t qpn, uint32_t psn_end);
+
 /// Fails the oldest request in flight if its answer is overdue; returns its deadline.
 std::optional<Clock::time_point> expire_inflight(Qp& qp, Clock::time_point now);
 

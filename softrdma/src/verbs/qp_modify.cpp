@@ -142,6 +142,7 @@ void reset(Qp& q) {
   q.blocked.clear();
   q.retired_seq.store(q.next_seq);
   q.peer = TargetQp{};
+  q.shared->peer_psn_end.store(0);
   if (q.rq) {
     ProcessLockGuard guard(q.rq->lock);
     q.rq->head = q.rq->tail;

@@ -12,6 +12,7 @@
 
 #include "common/log.hpp"
 #include "engine/responder.hpp"
+#include "engine/transmit.hpp"
 #include "wire/protocol.hpp"
 #include "wire/socket_io.hpp"
 
@@ -111,6 +112,8 @@ void serve_connection(int fd) {
     const uint64_t key = (uint64_t{h.src_qpn} << 32) | h.dest_qpn;
     auto expected = expected_psn.find(key);
     uint64_t result_len = 0;
+    // Acknowledgements the peer's QP carries for our QP come first, as on the wire.
+    if (rc && h.acked_psn_end) apply_implied_acks(h.dest_qpn, h.acked_psn_end);
     if (rc && expected != expected_psn.end() && expected->second != h.psn) {
       resp.reply = Reply::kOutOfSequence;
     } else {
@@ -132,6 +135,8 @@ void serve_connection(int fd) {
       resp.status = reply.status;
       resp.rnr_timer = reply.rnr_timer;
       if (rc) expected_psn[key] = reply.kind == ResponderReply::Kind::kDone ? h.psn + 1 : h.psn;
+      if (rc && reply.kind == ResponderReply::Kind::kDone && target.qp)
+        target.qp->peer_psn_end.store(h.psn + 1, std::memory_order_release);
       if (resp.reply != Reply::kDone || resp.status != IBV_WC_SUCCESS) result_len = 0;
     }
     resp.payload_len = result_len;

@@ -38,8 +38,12 @@ struct Request {
   uint64_t payload_len;  // bytes that follow: length for SEND/WRITE, else 0
   uint8_t src_gid[16];
   uint8_t dst_gid[16];
+  // RC: the sender's QP has executed the receiver's requests below this PSN (0: none yet).
+  // On a NIC those ACKs precede this request on the wire; the receiver applies them first.
+  uint32_t acked_psn_end;
+  uint32_t pad;
 };
-static_assert(sizeof(Request) == 104, "the wire format is fixed");
+static_assert(sizeof(Request) == 112, "the wire format is fixed");
 
 inline constexpr uint8_t kSolicited = 1;
 inline constexpr uint8_t kHasImm = 2;
