@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The main job: builds softrdma and runs unmodified RDMA programs on it, server and client
-# on this host, printing what they did and measured.
+# The main job: builds softrdma and runs RDMA programs on it, server and client on this
+# host — our client/server example over the RDMA connection manager, then Debian's
+# unmodified perftest — printing what they did and measured.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -8,26 +9,40 @@ scripts/build.sh default >/dev/null
 run=build/softrdma-run
 
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-
-pair() {  # pair TITLE PROGRAM ARGS...: server in the background, client against it
-  local title=$1; shift
-  local p; p=$(port)
-  echo
-  echo "=== $title: $* ==="
-  "$run" timeout 60 "$@" -p "$p" > /tmp/rdmakit-demo-server.log 2>&1 &
-  local server=$!
-  for _ in $(seq 100); do ss -ltn | grep -q ":$p " && break; sleep 0.05; done
-  "$run" timeout 60 "$@" -p "$p" 127.0.0.1
-  wait "$server"
-}
+wait_port() { for _ in $(seq 200); do ss -ltn | grep -q ":$1 " && return 0; sleep 0.05; done; return 1; }
 
 echo "=== the device ==="
 "$run" ibv_devices
 "$run" ibv_devinfo | grep -E "hca_id|state|active_mtu|link_layer"
 "$run" ibv_devinfo -v | grep -E "GID\["
 
-pair "RC ping-pong, 4 KiB messages, data checked" ibv_rc_pingpong -g 0 -c -s 4096 -n 10000
+echo
+echo "=== examples/rdma_client_server: connect (RDMA CM), then timed RDMA WRITE and READ ==="
+p=$(port)
+"$run" build/examples/rdma_client_server --server --port "$p" &
+server=$!
+wait_port "$p"
+"$run" build/examples/rdma_client_server --client 127.0.0.1 --port "$p" --size 65536 --iters 20000
+wait "$server"
+p=$(port)
+"$run" build/examples/rdma_client_server --server --port "$p" >/dev/null &
+server=$!
+wait_port "$p"
+"$run" build/examples/rdma_client_server --client 127.0.0.1 --port "$p" --size 8 --iters 20000
+wait "$server"
+
+pair() {  # pair TITLE PROGRAM ARGS...: perftest server in the background, client against it
+  local title=$1; shift
+  local p; p=$(port)
+  echo
+  echo "=== $title: $* ==="
+  "$run" timeout 60 "$@" -p "$p" > /tmp/rdmakit-demo-server.log 2>&1 &
+  local server=$!
+  wait_port "$p"
+  "$run" timeout 60 "$@" -p "$p" 127.0.0.1 | grep -E "^ *#bytes|^ *[0-9]"
+  wait "$server"
+}
+
 pair "RDMA WRITE bandwidth (perftest)" ib_write_bw -s 65536 -n 20000
 pair "RDMA WRITE latency (perftest)" ib_write_lat -s 8 -n 20000
-pair "RDMA READ latency (perftest)" ib_read_lat -s 8 -n 20000
-pair "fetch-and-add latency (perftest)" ib_atomic_lat -n 20000
+pair "RDMA READ latency over RDMA CM (perftest -R)" ib_read_lat -s 8 -n 20000 -R

@@ -49,6 +49,9 @@ std::vector<PairCase> cm_programs() {
       {"udaddy_2", "udaddy -c 2", "udaddy -s {server} -c 2", 7174},
       {"rdma_server_client", "rdma_server -p {port}", "rdma_client -s {server} -p {port}"},
       {"rdma_xserver_xclient", "rdma_xserver -p {port}", "rdma_xclient -s {server} -p {port}"},
+      // Our own example of the classic workflow (examples/rdma_client_server.cpp).
+      {"example_client_server", std::string(RDMAKIT_EXAMPLE) + " --server --port {port}",
+       std::string(RDMAKIT_EXAMPLE) + " --client {server} --port {port} --size 65536 --iters 500"},
   };
   for (const char* tool : {"ib_write_bw", "ib_read_bw", "ib_send_bw", "ib_atomic_bw",
                            "ib_write_lat", "ib_read_lat", "ib_send_lat", "ib_atomic_lat"})

@@ -268,7 +268,7 @@ TEST_F(CmMany, SixtyFourConcurrentConnectionsAcceptedAndDisconnected) {
 // ---------------------------------------------------------------------------------------------
 // 8. A backlog of 2: the excess requests are rejected until the pending ones are answered.
 
-class CmBacklogTest : public CmTest {
+class CmBacklog : public CmTest {
  protected:
   /// `n` clients on `ch`, resolved towards 127.0.0.1:port and with QPs, then all connecting
   /// (resolved first: the listener's events share the channel).
@@ -291,7 +291,7 @@ class CmBacklogTest : public CmTest {
   }
 };
 
-TEST_F(CmBacklogTest, FullBacklogRejectsTheExcessUntilRequestsAreAnswered) {
+TEST_F(CmBacklog, FullBacklogRejectsTheExcessUntilRequestsAreAnswered) {
   rdma_event_channel* ch = NewChannel();
   ASSERT_NE(ch, nullptr);
   uint16_t port = 0;
@@ -377,7 +377,7 @@ TEST_F(CmBacklogTest, FullBacklogRejectsTheExcessUntilRequestsAreAnswered) {
   EXPECT_TRUE(no_event(ch));
 }
 
-TEST_F(CmBacklogTest, SlotIsFreedWhenTheRequesterGoesAway) {
+TEST_F(CmBacklog, SlotIsFreedWhenTheRequesterGoesAway) {
   rdma_event_channel* ch = NewChannel();
   ASSERT_NE(ch, nullptr);
   uint16_t port = 0;

@@ -834,7 +834,7 @@ TEST_F(CmFailure, CqsTheCmCreatesCarryTheIdAsContext) {
   attr.cap.max_recv_wr = 4;
   attr.cap.max_send_sge = 1;
   attr.cap.max_recv_sge = 1;
-  ASSERT_EQ(rdma_create_qp(client, nullptr, &attr), 0) << std::strerror(errno);
+  ASSERT_EQ(rdma_create_qp(client, pd(), &attr), 0) << std::strerror(errno);
   ASSERT_NE(client->qp, nullptr);
   ASSERT_NE(client->send_cq, nullptr);
   ASSERT_NE(client->recv_cq, nullptr);
