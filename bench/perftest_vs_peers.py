@@ -5,8 +5,9 @@ Same host: perftest on softrdma against ucx_perftest over shared memory (UCX_TLS
 the peer a user would otherwise pick on a machine without an RDMA NIC.
 Across hosts (two network namespaces joined by veth, created here; needs root): perftest
 on softrdma's TCP transport against one iperf3 stream and ucx_perftest over TCP.
-Each pair runs --runs times, interleaved, and the medians are compared. Idle cost: CPU used
-by a process holding 100 connected idle QPs.
+Each pair runs --runs times, interleaved, and the medians are compared. Also: RDMA CM
+connection set-up rate (100 connections) beside plain TCP's, and the CPU used by a process
+holding 100 connected idle QPs.
 
 Usage: bench/perftest_vs_peers.py [--build build] [--runs 5] [--skip-hosts]
 """
@@ -132,6 +133,17 @@ def iperf3(hosts):
     return bits / 8 / 2**20
 
 
+def connect_rate(build):
+    """RDMA CM connections per second (100, one after the other) and plain TCP's."""
+    exe = os.path.join(build, "bench", "cm_connect_rate")
+    out = subprocess.run([os.path.join(build, "softrdma-run"), exe, "100"],
+                         capture_output=True, text=True, timeout=120).stdout
+    m = re.search(r"rdma_cm_per_s=(\d+) tcp_per_s=(\d+)", out)
+    if not m:
+        raise RuntimeError("no result from cm_connect_rate: " + out)
+    return float(m.group(1)), float(m.group(2))
+
+
 def idle_cpu_seconds(build):
     exe = os.path.join(build, "bench", "idle_qps")
     if not os.path.exists(exe):
@@ -194,6 +206,11 @@ def main():
             compare(cross, a.runs, "peer")
         finally:
             hosts.close()
+    print()
+    rates = [connect_rate(a.build) for _ in range(a.runs)]
+    cm, tcp = statistics.median(r[0] for r in rates), statistics.median(r[1] for r in rates)
+    print("connection set-up, 100 connections one after the other, medians of %d: "
+          "RDMA CM %.0f/s, plain TCP connect+exchange %.0f/s (%.2fx)" % (a.runs, cm, tcp, cm / tcp))
     cpu = idle_cpu_seconds(a.build)
     if cpu is not None:
         print("idle: 100 connected RC QPs for 3 s used %.4f s of CPU" % cpu)
