@@ -18,10 +18,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// IBTA CM reject reasons, as the real CM reports them in event->status.
-constexpr int kRejectInvalidServiceId = 8;  // nobody listens on that port
-constexpr int kRejectConsumer = 28;         // rdma_reject, or a full backlog
-
 struct Watch {
   CmId* id = nullptr;        // null: an accepted connection whose request has not arrived
   CmId* listener = nullptr;  // for such connections
@@ -162,6 +158,7 @@ void on_message(CmId* id, const CmMsg& m) {
     case MsgType::kRej:
       if (id->state != IdState::kConnecting && id->state != IdState::kAwaitEstablish) return;
       close_connection(id);
+      fail_qp(id);  // as librdmacm does for a rejected connection
       id->state = IdState::kDisconnected;
       post_event(id, RDMA_CM_EVENT_REJECTED, m.reject_status, &m);
       return;
@@ -196,6 +193,10 @@ void on_connection_lost(CmId* id) {
       id->state = IdState::kDisconnected;
       post_event(id, RDMA_CM_EVENT_CONNECT_ERROR, -ECONNRESET);
       break;
+    case IdState::kRequested:  // the requester went away before an answer
+      release_backlog_slot(id);
+      id->state = IdState::kDisconnected;
+      break;
     default:
       id->state = IdState::kDisconnected;
   }
@@ -224,6 +225,7 @@ void on_connect_done(Engine& e, CmId* id, int fd) {
     return;
   }
   close_connection(id);
+  fail_qp(id);
   id->state = IdState::kRouteResolved;
   if (err == ECONNREFUSED)
     post_event(id, RDMA_CM_EVENT_REJECTED, kRejectInvalidServiceId);
@@ -375,6 +377,11 @@ int start_connect(CmId* id) {
   }
   watch(id, true);
   return 0;
+}
+
+void release_backlog_slot(CmId* id) {
+  if (id->listener) --id->listener->pending_requests;
+  id->listener = nullptr;
 }
 
 void fail_qp(CmId* id) {

@@ -49,4 +49,8 @@ void close_connection(CmId* id);
 /// may destroy the QP at any time, so the CM never follows id->qp from its own thread.
 void fail_qp(CmId* id);
 
+/// A request is answered (or its requester gone): it no longer counts against the
+/// listener's backlog.
+void release_backlog_slot(CmId* id);
+
 }  // namespace softrdma::cm

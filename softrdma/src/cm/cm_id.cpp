@@ -110,13 +110,20 @@ SOFTRDMA_EXPORT int rdma_destroy_id(rdma_cm_id* cm_id) {
   {
     std::lock_guard lock(cm_mutex());
     if (id->state == IdState::kConnected && !is_ud(id)) send_msg(id, make_msg(MsgType::kDreq));
-    if (id->state == IdState::kRequested && id->listener) --id->listener->pending_requests;
+    if (id->state == IdState::kRequested) {
+      // Nobody will answer this request now: the requester learns it is rejected.
+      CmMsg rej = make_msg(is_ud(id) ? MsgType::kSidrRep : MsgType::kRej);
+      rej.reject_status = kRejectConsumer;
+      send_msg(id, rej);
+      release_backlog_slot(id);
+    }
     unwatch(id);
     if (id->sock >= 0) close(id->sock);
     id->sock = -1;
     id->state = IdState::kDestroying;
   }
   drop_queued_events(id);
+  if (id->synchronous) keep_event(id, nullptr);
   std::free(cm_id->route.path_rec);
   if (id->channel->owner == id) delete_channel(id->channel);
   delete id;
@@ -272,8 +279,7 @@ SOFTRDMA_EXPORT int rdma_accept(rdma_cm_id* cm_id, rdma_conn_param* param) {
     rep.qkey = RDMA_UDP_QKEY;
     fill_local_params(rep, param, ud ? kSidrRepPrivate : kRepPrivate);
     gid_of(&cm_id->route.addr.src_addr, rep.gid);
-    if (id->listener) --id->listener->pending_requests;
-    id->listener = nullptr;
+    release_backlog_slot(id);
     if (!send_msg(id, rep)) {
       close_connection(id);
       id->state = IdState::kDisconnected;
@@ -296,12 +302,11 @@ SOFTRDMA_EXPORT int rdma_reject(rdma_cm_id* cm_id, const void* private_data,
   std::lock_guard lock(cm_mutex());
   if (id->state != IdState::kRequested) return fail(EINVAL);
   CmMsg rej = make_msg(is_ud(id) ? MsgType::kSidrRep : MsgType::kRej);
-  rej.reject_status = 28;  // consumer defined
+  rej.reject_status = kRejectConsumer;
   rej.private_len = private_data ? private_data_len : 0;
   if (rej.private_len) std::memcpy(rej.private_data, private_data, rej.private_len);
   send_msg(id, rej);
-  if (id->listener) --id->listener->pending_requests;
-  id->listener = nullptr;
+  release_backlog_slot(id);
   close_connection(id);
   id->state = IdState::kDisconnected;
   return 0;

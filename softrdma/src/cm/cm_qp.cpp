@@ -18,10 +18,11 @@ int fail(int err) {
 }
 
 // Creates a CQ of `depth` entries with its own completion channel.
-bool make_cq(ibv_context* ctx, uint32_t depth, ibv_comp_channel** channel, ibv_cq** cq) {
+bool make_cq(rdma_cm_id* id, uint32_t depth, ibv_comp_channel** channel, ibv_cq** cq) {
+  ibv_context* ctx = id->verbs;
   *channel = ibv_create_comp_channel(ctx);
   if (!*channel) return false;
-  *cq = ibv_create_cq(ctx, static_cast<int>(std::max<uint32_t>(depth, 1)), nullptr, *channel, 0);
+  *cq = ibv_create_cq(ctx, static_cast<int>(std::max<uint32_t>(depth, 1)), id, *channel, 0);
   if (*cq) return true;
   ibv_destroy_comp_channel(*channel);
   *channel = nullptr;
@@ -38,14 +39,12 @@ void destroy_cq(ibv_comp_channel** channel, ibv_cq** cq) {
 // The CQs librdmacm would create: the ones the attributes leave unset.
 bool ensure_cqs(rdma_cm_id* id, ibv_qp_init_attr& attr, bool need_send) {
   if (need_send && !attr.send_cq) {
-    if (!id->send_cq &&
-        !make_cq(id->verbs, attr.cap.max_send_wr, &id->send_cq_channel, &id->send_cq))
+    if (!id->send_cq && !make_cq(id, attr.cap.max_send_wr, &id->send_cq_channel, &id->send_cq))
       return false;
     attr.send_cq = id->send_cq;
   }
   if (!attr.recv_cq) {
-    if (!id->recv_cq &&
-        !make_cq(id->verbs, attr.cap.max_recv_wr, &id->recv_cq_channel, &id->recv_cq))
+    if (!id->recv_cq && !make_cq(id, attr.cap.max_recv_wr, &id->recv_cq_channel, &id->recv_cq))
       return false;
     attr.recv_cq = id->recv_cq;
   }
@@ -129,7 +128,7 @@ SOFTRDMA_EXPORT int rdma_create_srq(rdma_cm_id* id, ibv_pd* pd, ibv_srq_init_att
   if (!attr) return fail(EINVAL);
   if (!id->verbs) id->verbs = cm_context();
   if (!pd) pd = default_pd(id->verbs);
-  if (!id->recv_cq && !make_cq(id->verbs, attr->attr.max_wr, &id->recv_cq_channel, &id->recv_cq))
+  if (!id->recv_cq && !make_cq(id, attr->attr.max_wr, &id->recv_cq_channel, &id->recv_cq))
     return -1;
   ibv_srq* srq = ibv_create_srq(pd, attr);
   if (!srq) return -1;

@@ -11,6 +11,10 @@ namespace softrdma::cm {
 inline constexpr uint32_t kCmMagic = 0x4d435253;  // "SRCM"
 inline constexpr int kMaxPrivateData = 196;       // the largest any CM message carries
 
+// IBTA CM reject reasons, as the real CM reports them in event->status.
+inline constexpr int kRejectInvalidServiceId = 8;  // nobody listens on that port
+inline constexpr int kRejectConsumer = 28;         // rdma_reject, a full backlog, a dropped request
+
 enum class MsgType : uint8_t {
   kReq = 1,      // connect request (RC)
   kRep = 2,      // accept

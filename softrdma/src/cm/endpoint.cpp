@@ -129,9 +129,12 @@ SOFTRDMA_EXPORT int rdma_get_request(rdma_cm_id* listen, rdma_cm_id** out) {
     return fail(EINVAL);
   }
   rdma_cm_id* child = e->event.id;
-  delete e;
   // The child gets its own private channel: its later calls block on its own events.
-  if (rdma_migrate_id(child, nullptr) != 0) return -1;
+  if (rdma_migrate_id(child, nullptr) != 0) {
+    delete e;
+    return -1;
+  }
+  keep_event(to_id(child), e);  // the request (and its private data) stays in child->event
   if (l->has_child_qp_attr) {
     ibv_qp_init_attr attr = l->child_qp_attr;
     if (create_qp(child, l->child_pd, &attr) != 0) {
