@@ -186,6 +186,12 @@ def main():
          lambda: ucx("ucp_get", 8, "posix,cma"), False, 1.5),
         ("atomic lat 8 B (us)", lambda: perftest(run, "ib_atomic_lat", ["-n", "20000"]),
          lambda: ucx("ucp_fadd", 8, "posix,cma"), False, 1.5),
+        # The same over connections made by the RDMA CM (perftest -R).
+        ("write bw 64 KiB -R (MiB/s)",
+         lambda: perftest(run, "ib_write_bw", ["-s", "65536", "-n", "20000", "-R"]),
+         lambda: ucx("ucp_put_bw", 65536, "posix,cma"), True, 1.0),
+        ("write lat 8 B -R (us)", lambda: perftest(run, "ib_write_lat", ["-s", "8", "-n", "20000", "-R"]),
+         lambda: ucx("ucp_put_lat", 8, "posix,cma"), False, 1.5),
     ]
     print("same host, medians of %d interleaved runs; peer = UCX over shared memory" % a.runs)
     compare(cases, a.runs, "UCX shm")
