@@ -65,21 +65,6 @@ rdma_cm_id* listening_endpoint(uint16_t* port, ibv_qp_init_attr* child_attr) {
   return nullptr;
 }
 
-/// The CM creates CQs with cq_context == id (librdmacm does; rdma_get_*_comp assert it when
-/// they block). Where softrdma does not (a known bug, see CmFailure.CqsTheCmCreatesCarry-
-/// TheIdAsContext in cm_test.cpp) this test sets it, so the round trip is still checked in
-/// builds where assert() is active. Returns true if it had to.
-bool work_around_cq_context(rdma_cm_id* id) {
-  bool patched = false;
-  for (ibv_cq* cq : {id->send_cq, id->recv_cq}) {
-    if (cq && cq->cq_context == nullptr) {
-      cq->cq_context = id;
-      patched = true;
-    }
-  }
-  return patched;
-}
-
 // ---------------------------------------------------------------------------------------------
 // 10. A send/recv round trip between two endpoints, each side in its own thread.
 
@@ -93,7 +78,6 @@ TEST(CmSync, EndpointsConnectAndExchangeMessages) {
 
   constexpr size_t kLength = 64;
   const std::vector<uint8_t> ping = pattern(kLength, 0x11), pong = pattern(kLength, 0x99);
-  bool server_patched = false;
 
   std::thread server([&] {
     rdma_cm_id* id = nullptr;
@@ -104,7 +88,6 @@ TEST(CmSync, EndpointsConnectAndExchangeMessages) {
     EXPECT_NE(id, listen_id);
     ASSERT_NE(id->qp, nullptr) << "the endpoint's QP attributes give every request a QP";
     EXPECT_EQ(qp_state(id->qp), IBV_QPS_INIT);
-    server_patched = work_around_cq_context(id);
     std::vector<uint8_t> in(kLength), out(pong);
     ibv_mr* in_mr = rdma_reg_msgs(id, in.data(), kLength);
     ibv_mr* out_mr = rdma_reg_msgs(id, out.data(), kLength);
@@ -135,7 +118,6 @@ TEST(CmSync, EndpointsConnectAndExchangeMessages) {
   rdma_freeaddrinfo(res);
   ASSERT_NE(id->qp, nullptr);
   EXPECT_EQ(qp_state(id->qp), IBV_QPS_INIT);
-  const bool client_patched = work_around_cq_context(id);
   std::vector<uint8_t> in(kLength), out(ping);
   ibv_mr* in_mr = rdma_reg_msgs(id, in.data(), kLength);
   ibv_mr* out_mr = rdma_reg_msgs(id, out.data(), kLength);
@@ -157,8 +139,6 @@ TEST(CmSync, EndpointsConnectAndExchangeMessages) {
   EXPECT_EQ(rdma_dereg_mr(out_mr), 0);
   rdma_destroy_ep(id);
   rdma_destroy_ep(listen_id);
-  if (client_patched || server_patched)
-    RecordProperty("cq_context_workaround", "the CM's CQs had no context (known bug)");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -230,12 +210,6 @@ TEST(CmSync, EventsOfSynchronousCallsStayOnTheId) {
   rdma_destroy_ep(listen_id);
 
   ASSERT_EQ(view.rc, 0) << "rdma_connect";
-  if (!server_has_event && !view.has_event)
-    GTEST_SKIP() << "known bug: endpoint.cpp rdma_get_request deletes the CONNECT_REQUEST "
-                    "instead of leaving it in the new id's `event`, and sync_wait.cpp "
-                    "expect_event deletes rdma_connect's ESTABLISHED instead of leaving it in "
-                    "id->event (librdmacm's ucma_complete): applications that read the "
-                    "peer's private data there dereference nullptr";
   ASSERT_TRUE(server_has_event) << "rdma_get_request left no event on the new id";
   EXPECT_EQ(server_type, RDMA_CM_EVENT_CONNECT_REQUEST);
   EXPECT_TRUE(starts_with(server_data, hello));

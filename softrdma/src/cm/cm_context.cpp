@@ -24,9 +24,10 @@ ibv_context* cm_context() {
 
 ibv_pd* default_pd(ibv_context* ctx) {
   static std::mutex mutex;
-  static std::map<ibv_context*, ibv_pd*> pds;
+  // Process-lifetime objects, as in librdmacm; reachable, so not reported as leaks.
+  static auto* pds = new std::map<ibv_context*, ibv_pd*>();
   std::lock_guard lock(mutex);
-  ibv_pd*& pd = pds[ctx];
+  ibv_pd*& pd = (*pds)[ctx];
   if (!pd) pd = ibv_alloc_pd(ctx);
   return pd;
 }

@@ -113,6 +113,7 @@ void on_request(Engine& e, int fd, CmId* listener, const CmMsg& m) {
   child->state = IdState::kRequested;
   fill_route_addrs(child, fd);
   ++listener->pending_requests;
+  listener->pending.push_back(child);
   e.watches[fd].id = child;
   e.watches[fd].listener = nullptr;
   post_event(child, RDMA_CM_EVENT_CONNECT_REQUEST, 0, &m, listener);
@@ -123,7 +124,7 @@ void on_message(CmId* id, const CmMsg& m) {
     case MsgType::kRep:
       if (id->state != IdState::kConnecting) return;
       id->peer = m;
-      if (!id->id.qp) {
+      if (!id->rc_qpn) {
         id->state = IdState::kAwaitEstablish;  // the application moves its QP itself
         post_event(id, RDMA_CM_EVENT_CONNECT_RESPONSE, 0, &m);
         return;
@@ -339,6 +340,19 @@ void watch(CmId* id, bool connecting) {
 
 void unwatch(CmId* id) {
   Engine& e = engine();
+  // A listener going away: its unanswered requests stay (the application owns those ids)
+  // but no longer count against it; connections whose request has not arrived are closed.
+  for (CmId* child : id->pending) child->listener = nullptr;
+  id->pending.clear();
+  for (auto it = e.watches.begin(); it != e.watches.end();) {
+    if (!it->second.id && it->second.listener == id) {
+      epoll_ctl(e.epfd, EPOLL_CTL_DEL, it->first, nullptr);
+      close(it->first);
+      it = e.watches.erase(it);
+    } else {
+      ++it;
+    }
+  }
   if (id->sock >= 0 && e.watches.erase(id->sock))
     epoll_ctl(e.epfd, EPOLL_CTL_DEL, id->sock, nullptr);
   for (auto it = e.timers.begin(); it != e.timers.end();)
@@ -358,7 +372,7 @@ void disconnected(CmId* id) {
   fail_qp(id);
   id->state = IdState::kDisconnected;
   post_event(id, RDMA_CM_EVENT_DISCONNECTED, 0);
-  if (id->id.qp)
+  if (id->rc_qpn)
     after(id, kTimewait, [](CmId* i) { post_event(i, RDMA_CM_EVENT_TIMEWAIT_EXIT, 0); });
 }
 
@@ -380,7 +394,10 @@ int start_connect(CmId* id) {
 }
 
 void release_backlog_slot(CmId* id) {
-  if (id->listener) --id->listener->pending_requests;
+  if (CmId* l = id->listener) {
+    --l->pending_requests;
+    std::erase(l->pending, id);
+  }
   id->listener = nullptr;
 }
 

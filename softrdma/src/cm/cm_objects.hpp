@@ -59,8 +59,9 @@ struct CmId {
   EventChannel* channel = nullptr;
   bool synchronous = false;
   IdState state = IdState::kIdle;
-  int sock = -1;             // listening socket, or the connection's socket
-  CmId* listener = nullptr;  // children: the listening id
+  int sock = -1;               // listening socket, or the connection's socket
+  CmId* listener = nullptr;    // children: the listening id, while their request is pending
+  std::vector<CmId*> pending;  // listeners: children whose request is not answered yet
   int backlog = 0;
   std::atomic<int> pending_requests{0};  // children not yet accepted or rejected
   // What the peer told us (REQ/REP/SIDR): its QP and transport parameters.

@@ -65,9 +65,6 @@ int create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* init) {
   if (!ensure_cqs(id, attr, true)) return -1;
   ibv_qp* qp = ibv_create_qp(pd, &attr);
   if (!qp) return -1;
-  id->qp = qp;
-  id->pd = pd;
-  if (qp->qp_type == IBV_QPT_RC) to_id(id)->rc_qpn = qp->qp_num;
   init->cap = attr.cap;
   init->send_cq = attr.send_cq;
   init->recv_cq = attr.recv_cq;
@@ -84,10 +81,13 @@ int create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* init) {
     if (!err) err = ibv_modify_qp(qp, &a, mask);
     if (err) {
       ibv_destroy_qp(qp);
-      id->qp = nullptr;
       return fail(err);
     }
   }
+  // Published under cm_mutex: the CM thread reads them when a connection completes or ends.
+  id->qp = qp;
+  id->pd = pd;
+  if (qp->qp_type == IBV_QPT_RC) cm->rc_qpn = qp->qp_num;
   return 0;
 }
 
@@ -117,9 +117,14 @@ SOFTRDMA_EXPORT int rdma_create_qp_ex(rdma_cm_id* id, ibv_qp_init_attr_ex* attr)
 }
 
 SOFTRDMA_EXPORT void rdma_destroy_qp(rdma_cm_id* id) {
-  to_id(id)->rc_qpn = 0;
-  if (id->qp) ibv_destroy_qp(id->qp);
-  id->qp = nullptr;
+  ibv_qp* qp;
+  {
+    std::lock_guard lock(cm_mutex());
+    to_id(id)->rc_qpn = 0;
+    qp = id->qp;
+    id->qp = nullptr;
+  }
+  if (qp) ibv_destroy_qp(qp);
   destroy_cq(&id->send_cq_channel, &id->send_cq);
   if (!id->srq) destroy_cq(&id->recv_cq_channel, &id->recv_cq);
 }
