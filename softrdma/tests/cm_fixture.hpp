@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/subprocess.hpp"
 #include "verbs_fixture.hpp"
 
 namespace softrdma_test {
@@ -137,15 +138,7 @@ inline sockaddr* as_sockaddr(sockaddr_in* a) {
 
 /// A TCP port of 127.0.0.1 that nobody used a moment ago (the kernel's choice for port 0).
 inline uint16_t free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return 0;
-  sockaddr_in a = loopback(0);
-  socklen_t len = sizeof a;
-  uint16_t port = 0;
-  if (bind(fd, as_sockaddr(&a), sizeof a) == 0 && getsockname(fd, as_sockaddr(&a), &len) == 0)
-    port = ntohs(a.sin_port);
-  close(fd);
-  return port;
+  return static_cast<uint16_t>(rdmakit::testing::free_tcp_port());
 }
 
 /// Ends the process if it is still alive after `limit`: for calls that block without a

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <thread>
 
+#include "support/subprocess.hpp"
 #include "verbs_fixture.hpp"
 #include "wire/protocol.hpp"
 
@@ -17,21 +18,9 @@ namespace {
 
 namespace wire = softrdma::wire;
 
-int free_port() {
-  int s = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-  close(s);
-  return ntohs(a.sin_port);
-}
-
 // One port for this test program: softrdma reads SOFTRDMA_PORT once, at first use.
 const int kPort = [] {
-  const int p = free_port();
+  const int p = rdmakit::testing::free_tcp_port();
   setenv("SOFTRDMA_PORT", std::to_string(p).c_str(), 1);
   return p;
 }();
