@@ -925,3 +925,37 @@ int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }
+
+namespace softrdma_test {
+namespace {
+
+// Binding: a specific address gives the id its device at once, the wildcard leaves it to the
+// connection; port 0 takes an ephemeral port; a port in use is refused.
+TEST_F(CmMisc, BindSpecificWildcardAndEphemeral) {
+  rdma_event_channel* ch = NewChannel();
+  rdma_cm_id* specific = NewId(ch);
+  rdma_cm_id* wildcard = NewId(ch);
+  rdma_cm_id* twin = NewId(ch);
+  ASSERT_TRUE(ch && specific && wildcard && twin);
+
+  sockaddr_in local = loopback(0);
+  ASSERT_EQ(rdma_bind_addr(specific, as_sockaddr(&local)), 0) << std::strerror(errno);
+  const uint16_t port = ntohs(rdma_get_src_port(specific));
+  EXPECT_NE(port, 0) << "port 0 takes an ephemeral port";
+  EXPECT_NE(specific->verbs, nullptr) << "a specific address names the device";
+  EXPECT_EQ(ibv_get_device_name(specific->verbs->device), std::string(kDeviceName));
+
+  sockaddr_in any{};
+  any.sin_family = AF_INET;
+  ASSERT_EQ(rdma_bind_addr(wildcard, as_sockaddr(&any)), 0) << std::strerror(errno);
+  EXPECT_EQ(wildcard->verbs, nullptr) << "the wildcard leaves the device to the connection";
+  EXPECT_NE(rdma_get_src_port(wildcard), 0);
+
+  ASSERT_EQ(rdma_listen(specific, 4), 0);
+  sockaddr_in same = loopback(port);
+  EXPECT_EQ(rdma_bind_addr(twin, as_sockaddr(&same)), -1);
+  EXPECT_EQ(errno, EADDRINUSE);
+}
+
+}  // namespace
+}  // namespace softrdma_test
