@@ -42,33 +42,6 @@ struct Report {
   uint32_t qpn = 0;        // the child's QP
 };
 
-bool write_all(int fd, const void* data, size_t n) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  while (n > 0) {
-    const ssize_t w = write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
-}
-
-bool read_all(int fd, void* data, size_t n, Millis timeout) {
-  auto* p = static_cast<uint8_t*>(data);
-  const auto deadline = Clock::now() + timeout;
-  while (n > 0) {
-    const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
-    if (left.count() < 0 || !wait_readable(fd, left)) return false;
-    const ssize_t r = read(fd, p, n);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;  // error, or the child is gone
-    p += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
-}
-
 /// This program, started again as a child in `role`. The destructor kills and reaps it.
 class ChildProcess {
  public:

@@ -18,33 +18,6 @@ namespace {
 
 constexpr unsigned kChildAlarmSeconds = 10;
 
-bool write_all(int fd, const void* data, size_t n) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  while (n > 0) {
-    const ssize_t w = write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
-}
-
-bool read_all(int fd, void* data, size_t n, Millis timeout) {
-  auto* p = static_cast<uint8_t*>(data);
-  const auto deadline = Clock::now() + timeout;
-  while (n > 0) {
-    const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
-    if (left.count() < 0 || !wait_readable(fd, left)) return false;
-    const ssize_t r = read(fd, p, n);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;  // error, or the peer is gone
-    p += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
-}
-
 /// Two pipes between the parent and one child; after fork() each side keeps its own ends.
 class Link {
  public:

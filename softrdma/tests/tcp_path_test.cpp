@@ -40,17 +40,6 @@ int connect_to(const char* ip) {
   return s;
 }
 
-bool read_exactly(int fd, void* buf, size_t n) {
-  auto* p = static_cast<char*>(buf);
-  while (n) {
-    ssize_t r = recv(fd, p, n, 0);
-    if (r <= 0) return false;
-    p += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
-}
-
 // True when the peer closed the connection (read returns 0) rather than timing out.
 bool closed_by_peer(int fd) {
   char byte;
@@ -137,7 +126,7 @@ TEST_F(TcpPathTest, WellFormedRequestToAMissingQpIsAnsweredNoAnswer) {
   ASSERT_EQ(send(s, &h, sizeof h, 0), static_cast<ssize_t>(sizeof h));
   ASSERT_EQ(send(s, payload, sizeof payload, 0), static_cast<ssize_t>(sizeof payload));
   wire::Response r{};
-  ASSERT_TRUE(read_exactly(s, &r, sizeof r));
+  ASSERT_TRUE(read_all(s, &r, sizeof r, kTimeout));
   EXPECT_EQ(r.magic, wire::kMagic);
   EXPECT_EQ(r.reply, wire::Reply::kNoAnswer);
   EXPECT_EQ(r.src_qpn, h.src_qpn);
@@ -164,7 +153,7 @@ TEST_F(TcpPathTest, MalformedResponsesFailTheRequesterAfterItsRetryBudget) {
       int c = accept(listener, nullptr, nullptr);
       if (c < 0) break;
       wire::Request h{};
-      if (read_exactly(c, &h, sizeof h) && h.magic == wire::kMagic &&
+      if (read_all(c, &h, sizeof h, kTimeout) && h.magic == wire::kMagic &&
           h.opcode == IBV_WR_RDMA_WRITE && h.payload_len == 8) {
         ++requests_seen;
         char junk[sizeof(wire::Response)];

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
 #include <poll.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -325,6 +326,35 @@ inline bool wait_readable(int fd, Millis timeout) {
     if (r > 0) return (p.revents & POLLIN) != 0;
     if (r == 0 || errno != EINTR || Clock::now() > deadline) return false;
   }
+}
+
+/// Writes all of `data` to a pipe or socket (tests' parent/child exchanges).
+inline bool write_all(int fd, const void* data, size_t n) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  while (n > 0) {
+    const ssize_t w = write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+/// Reads exactly `n` bytes within `timeout`; false on timeout, error or a peer gone.
+inline bool read_all(int fd, void* data, size_t n, Millis timeout) {
+  auto* p = static_cast<uint8_t*>(data);
+  const auto deadline = Clock::now() + timeout;
+  while (n > 0) {
+    const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
+    if (left.count() < 0 || !wait_readable(fd, left)) return false;
+    const ssize_t r = read(fd, p, n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    p += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
 }
 
 /// The next asynchronous event of `ctx` (copied, then acknowledged), or nothing if none
