@@ -167,7 +167,8 @@ int PeerArena::import_fd(int remote_fd) {
 
 std::shared_ptr<PeerArena> map_peer_arena(const ProcessId& owner, int arena_fd) {
   static std::mutex mutex;
-  static std::unordered_map<uint64_t, std::shared_ptr<PeerArena>> peers;
+  // Never destroyed: the CM and listener threads may still resolve peers while exit() runs.
+  static auto& peers = *new std::unordered_map<uint64_t, std::shared_ptr<PeerArena>>();
   static pid_t peers_pid = 0;
   std::lock_guard lock(mutex);
   if (peers_pid != getpid()) {  // mappings made by a parent are not ours to reuse

@@ -28,8 +28,9 @@ struct MovedRange {
   size_t length;
   int fd;
 };
+// The maps below are never destroyed: helper threads may still use them while exit() runs.
 std::mutex g_moved_mutex;
-std::map<uintptr_t, MovedRange> g_moved;
+auto& g_moved = *new std::map<uintptr_t, MovedRange>();
 
 // Protection of [start, end) if it is private anonymous memory (heap or anonymous mmap) in
 // one or more consecutive mappings, else -1.
@@ -115,7 +116,7 @@ struct PeerKey {
 };
 
 std::mutex g_peer_mutex;
-std::map<PeerKey, PeerPages> g_peer_pages;
+auto& g_peer_pages = *new std::map<PeerKey, PeerPages>();
 
 }  // namespace
 

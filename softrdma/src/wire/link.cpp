@@ -47,7 +47,8 @@ int connect_to(uint32_t ipv4_be) {
 
 std::shared_ptr<Link> Link::to(uint32_t ipv4_be) {
   static std::mutex mutex;
-  static std::map<uint32_t, std::shared_ptr<Link>> links;
+  // Never destroyed: verbs called from other threads may still reach it while exit() runs.
+  static auto& links = *new std::map<uint32_t, std::shared_ptr<Link>>();
   static pid_t links_pid = 0;
   std::lock_guard lock(mutex);
   if (links_pid != getpid()) {  // a forked child does not share its parent's connections
