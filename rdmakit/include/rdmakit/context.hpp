@@ -1,0 +1,56 @@
+// An open device, the port used on it and the GID chosen on that port.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "rdmakit/device.hpp"
+
+namespace rdmakit {
+
+struct OpenOptions {
+  // Device name; empty means RDMAKIT_DEVICE ("name" or "name:port") or else the first device
+  // with an active port.
+  std::string device;
+  // Port number; 0 means the one named in RDMAKIT_DEVICE or else the first active port.
+  uint8_t port = 0;
+  // GID index; unset means RDMAKIT_GID_INDEX or else the automatic choice (select_gid).
+  std::optional<int> gid_index;
+};
+
+class Context {
+ public:
+  // Opens a device. Throws Error naming the device when none matches or it cannot be opened.
+  static Context open(const OpenOptions& options = {});
+  // Wraps a context that someone else owns (e.g. the one RDMA CM hands out).
+  static Context borrow(ibv_context* context, uint8_t port, std::optional<int> gid_index = {});
+
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+  Context(Context&&) noexcept = default;
+  Context& operator=(Context&&) noexcept = default;
+
+  ibv_context* get() const;
+  const std::string& name() const;
+  uint8_t port() const;
+  const GidChoice& gid() const;
+  const ibv_device_attr& attributes() const;
+  const PortInfo& port_info() const;
+
+  // Shared ownership used by the objects created on this context: the device is closed only
+  // when the last of them is gone, whatever order the user destroys them in.
+  const std::shared_ptr<ibv_context>& handle() const;
+
+  struct State;  // private to context.cpp
+
+ private:
+  explicit Context(std::shared_ptr<State> state) : state_(std::move(state)) {}
+  const State& state() const;
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace rdmakit

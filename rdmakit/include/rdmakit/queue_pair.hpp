@@ -1,0 +1,237 @@
+// Queue pairs (RC and UD), their builder, shared receive queues and address handles.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <system_error>
+
+#include "rdmakit/completion_queue.hpp"
+#include "rdmakit/context.hpp"
+#include "rdmakit/memory_region.hpp"
+
+namespace rdmakit {
+
+enum class QpType { rc, ud };
+
+// The sizes a QP was created with (after clamping to the device's limits).
+struct QpCaps {
+  uint32_t send_depth = 128;
+  uint32_t recv_depth = 128;
+  uint32_t send_sge = 1;
+  uint32_t recv_sge = 1;
+  uint32_t inline_size = 64;
+  uint8_t rd_atomic = 16;  // outstanding READs/atomics, both as initiator and as responder
+};
+
+// Transport timers of an RC QP (IBTA encodings, see ibv_modify_qp(3)).
+struct QpTimers {
+  uint8_t timeout = 14;  // 4.096 us * 2^timeout per attempt
+  uint8_t retry_count = 7;
+  uint8_t rnr_retry = 7;       // 7: retry forever
+  uint8_t min_rnr_timer = 12;  // 0.64 ms
+};
+
+// What a peer needs to reach a QP.
+struct QpAddress {
+  uint32_t qpn = 0;
+  uint32_t psn = 0;
+  ibv_gid gid{};
+  uint16_t lid = 0;
+  uint32_t qkey = 0;  // UD only
+};
+
+// How two connected QPs talk, as negotiated by a handshake (or chosen by the caller).
+struct PathParams {
+  ibv_mtu mtu = IBV_MTU_1024;
+  uint8_t initiator_depth = 1;  // READs/atomics we may have outstanding at the peer
+  uint8_t responder_depth = 1;  // READs/atomics the peer may have outstanding at us
+};
+
+class SharedReceiveQueue;
+
+class QueuePair {
+ public:
+  QueuePair() = default;
+  QueuePair(const QueuePair&) = delete;
+  QueuePair& operator=(const QueuePair&) = delete;
+  QueuePair(QueuePair&& other) noexcept;
+  QueuePair& operator=(QueuePair&& other) noexcept;
+  ~QueuePair();
+
+  ibv_qp* get() const;
+  uint32_t qpn() const { return get()->qp_num; }
+  QpType type() const noexcept { return type_; }
+  const QpCaps& caps() const noexcept { return caps_; }
+  const QpTimers& timers() const noexcept { return timers_; }
+  // This QP as its peer must address it.
+  QpAddress address() const;
+  // True once connect() (RC) or activate() (UD) succeeded.
+  bool ready() const noexcept { return ready_; }
+
+  // RC: RESET -> INIT -> RTR -> RTS towards `peer`. Throws Error naming the transition.
+  void connect(const QpAddress& peer, const PathParams& path);
+  void connect(const QpAddress& peer, const PathParams& path, std::error_code& ec);
+  // UD: RESET -> INIT -> RTR -> RTS. Throws Error naming the transition.
+  void activate();
+  // Moves the QP to ERROR: outstanding work requests complete with IBV_WC_WR_FLUSH_ERR.
+  std::error_code to_error() noexcept;
+  ibv_qp_state state() const;
+
+  // Posts a chain of work requests with one doorbell. Posting before connect()/activate() is
+  // a programming error. Returns the verbs error (e.g. ENOMEM when the queue is full).
+  std::error_code post_send(ibv_send_wr& first) noexcept {
+    RDMAKIT_REQUIRE(ready_, "post_send on a queue pair that is not connected");
+    ibv_send_wr* bad = nullptr;
+    if (int err = ibv_post_send(raw_, &first, &bad)) return verbs_error(err);
+    return {};
+  }
+  std::error_code post_recv(ibv_recv_wr& first) noexcept {
+    RDMAKIT_REQUIRE(raw_ != nullptr, "post_recv on a moved-from queue pair");
+    ibv_recv_wr* bad = nullptr;
+    if (int err = ibv_post_recv(raw_, &first, &bad)) return verbs_error(err);
+    return {};
+  }
+
+ private:
+  friend class QpBuilder;
+  std::string describe() const;
+  std::error_code modify(ibv_qp_attr& attr, int mask, const char* transition, std::string& what);
+
+  ibv_qp* raw_ = nullptr;
+  QpType type_ = QpType::rc;
+  QpCaps caps_;
+  QpTimers timers_;
+  uint8_t port_ = 1;
+  int gid_index_ = 0;
+  ibv_gid gid_{};
+  uint16_t lid_ = 0;
+  uint32_t psn_ = 0;
+  uint32_t qkey_ = 0;
+  bool ready_ = false;
+  std::shared_ptr<void> keep_alive_;  // PD, CQs and SRQ outlive the QP
+};
+
+// Builds a QP with named settings. Defaults are clamped to what the device reports, so
+// QpBuilder(ctx, pd, cq).build() works on any device.
+class QpBuilder {
+ public:
+  QpBuilder(const Context& context, const ProtectionDomain& pd, const CompletionQueue& cq);
+
+  QpBuilder& type(QpType t) {
+    type_ = t;
+    return *this;
+  }
+  QpBuilder& send_cq(const CompletionQueue& cq) {
+    send_cq_ = cq.handle();
+    return *this;
+  }
+  QpBuilder& recv_cq(const CompletionQueue& cq) {
+    recv_cq_ = cq.handle();
+    return *this;
+  }
+  QpBuilder& srq(const SharedReceiveQueue& srq);
+  QpBuilder& send_depth(uint32_t n) {
+    caps_.send_depth = n;
+    return *this;
+  }
+  QpBuilder& recv_depth(uint32_t n) {
+    caps_.recv_depth = n;
+    return *this;
+  }
+  QpBuilder& send_sge(uint32_t n) {
+    caps_.send_sge = n;
+    return *this;
+  }
+  QpBuilder& recv_sge(uint32_t n) {
+    caps_.recv_sge = n;
+    return *this;
+  }
+  QpBuilder& inline_size(uint32_t n) {
+    caps_.inline_size = n;
+    return *this;
+  }
+  QpBuilder& rd_atomic(uint8_t n) {
+    caps_.rd_atomic = n;
+    return *this;
+  }
+  QpBuilder& timeout(uint8_t t) {
+    timers_.timeout = t;
+    return *this;
+  }
+  QpBuilder& retry_count(uint8_t n) {
+    timers_.retry_count = n;
+    return *this;
+  }
+  QpBuilder& rnr_retry(uint8_t n) {
+    timers_.rnr_retry = n;
+    return *this;
+  }
+  QpBuilder& min_rnr_timer(uint8_t t) {
+    timers_.min_rnr_timer = t;
+    return *this;
+  }
+  QpBuilder& qkey(uint32_t q) {
+    qkey_ = q;
+    return *this;
+  }
+
+  // The sizes build() requests: the settings clamped to the device's limits.
+  QpCaps clamped_caps() const;
+  // Creates the QP (in RESET). Throws Error naming the QP's settings on failure.
+  QueuePair build() const;
+
+ private:
+  const Context* context_;
+  std::shared_ptr<ibv_pd> pd_;
+  std::shared_ptr<ibv_cq> send_cq_, recv_cq_;
+  std::shared_ptr<ibv_srq> srq_;
+  QpType type_ = QpType::rc;
+  QpCaps caps_;
+  QpTimers timers_;
+  uint32_t qkey_ = 0x11111111;
+};
+
+class SharedReceiveQueue {
+ public:
+  // `depth` and `sge` are clamped to the device's limits. Throws Error on failure.
+  SharedReceiveQueue(const Context& context, const ProtectionDomain& pd, uint32_t depth,
+                     uint32_t sge = 1);
+  SharedReceiveQueue(const SharedReceiveQueue&) = delete;
+  SharedReceiveQueue& operator=(const SharedReceiveQueue&) = delete;
+  SharedReceiveQueue(SharedReceiveQueue&&) noexcept = default;
+  SharedReceiveQueue& operator=(SharedReceiveQueue&&) noexcept = default;
+
+  ibv_srq* get() const;
+  uint32_t depth() const noexcept { return depth_; }
+  std::error_code post_recv(ibv_recv_wr& first) noexcept {
+    ibv_recv_wr* bad = nullptr;
+    if (int err = ibv_post_srq_recv(get(), &first, &bad)) return verbs_error(err);
+    return {};
+  }
+  // Arms the limit event: IBV_EVENT_SRQ_LIMIT_REACHED when fewer than `limit` receives remain.
+  void set_limit(uint32_t limit) const;
+  const std::shared_ptr<ibv_srq>& handle() const;
+
+ private:
+  std::shared_ptr<ibv_srq> srq_;
+  uint32_t depth_ = 0;
+};
+
+// Where a UD send goes.
+class AddressHandle {
+ public:
+  AddressHandle(const Context& context, const ProtectionDomain& pd, const QpAddress& peer);
+  ibv_ah* get() const;
+  uint32_t remote_qpn() const noexcept { return qpn_; }
+  uint32_t remote_qkey() const noexcept { return qkey_; }
+
+ private:
+  std::shared_ptr<ibv_ah> ah_;
+  uint32_t qpn_ = 0;
+  uint32_t qkey_ = 0;
+};
+
+}  // namespace rdmakit
