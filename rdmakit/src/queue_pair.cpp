@@ -1,5 +1,7 @@
 #include "rdmakit/queue_pair.hpp"
 
+#include <rdma/rdma_cma.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <random>
@@ -30,8 +32,9 @@ QueuePair::QueuePair(QueuePair&& other) noexcept {
 
 QueuePair& QueuePair::operator=(QueuePair&& other) noexcept {
   if (this == &other) return *this;
-  if (raw_) ibv_destroy_qp(raw_);
+  destroy();
   raw_ = std::exchange(other.raw_, nullptr);
+  cm_id_ = std::exchange(other.cm_id_, nullptr);
   type_ = other.type_;
   caps_ = other.caps_;
   timers_ = other.timers_;
@@ -47,7 +50,16 @@ QueuePair& QueuePair::operator=(QueuePair&& other) noexcept {
 }
 
 QueuePair::~QueuePair() {
-  if (raw_) ibv_destroy_qp(raw_);
+  destroy();
+}
+
+void QueuePair::destroy() noexcept {
+  if (cm_id_)
+    rdma_destroy_qp(cm_id_);
+  else if (raw_)
+    ibv_destroy_qp(raw_);
+  raw_ = nullptr;
+  cm_id_ = nullptr;
 }
 
 ibv_qp* QueuePair::get() const {
@@ -182,8 +194,7 @@ QpCaps QpBuilder::clamped_caps() const {
   return caps;
 }
 
-QueuePair QpBuilder::build() const {
-  QpCaps caps = clamped_caps();
+ibv_qp_init_attr QpBuilder::init_attr(const QpCaps& caps) const {
   ibv_qp_init_attr init{};
   init.send_cq = send_cq_.get();
   init.recv_cq = recv_cq_.get();
@@ -194,12 +205,10 @@ QueuePair QpBuilder::build() const {
   init.cap.max_send_sge = caps.send_sge;
   init.cap.max_recv_sge = caps.recv_sge;
   init.cap.max_inline_data = caps.inline_size;
-  ibv_qp* qp = ibv_create_qp(pd_.get(), &init);
-  if (!qp && errno == EINVAL && caps.inline_size > 0) {
-    // Devices report no inline limit in ibv_device_attr: fall back to none.
-    init.cap.max_inline_data = caps.inline_size = 0;
-    qp = ibv_create_qp(pd_.get(), &init);
-  }
+  return init;
+}
+
+QueuePair QpBuilder::wrap(ibv_qp* qp, QpCaps caps, const ibv_qp_init_attr& granted) const {
   if (!qp) {
     char object[160];
     std::snprintf(object, sizeof object,
@@ -209,9 +218,9 @@ QueuePair QpBuilder::build() const {
     throw_verbs_error("ibv_create_qp", errno, object);
   }
   // The device may round sizes up: record what it granted.
-  caps.send_depth = init.cap.max_send_wr;
-  caps.recv_depth = init.cap.max_recv_wr;
-  caps.inline_size = init.cap.max_inline_data;
+  caps.send_depth = granted.cap.max_send_wr;
+  caps.recv_depth = granted.cap.max_recv_wr;
+  caps.inline_size = granted.cap.max_inline_data;
   QueuePair result;
   result.raw_ = qp;
   result.type_ = type_;
@@ -229,6 +238,27 @@ QueuePair QpBuilder::build() const {
     std::shared_ptr<ibv_srq> srq;
   };
   result.keep_alive_ = std::make_shared<Parents>(Parents{pd_, send_cq_, recv_cq_, srq_});
+  return result;
+}
+
+QueuePair QpBuilder::build() const {
+  const QpCaps caps = clamped_caps();
+  ibv_qp_init_attr init = init_attr(caps);
+  ibv_qp* qp = ibv_create_qp(pd_.get(), &init);
+  if (!qp && errno == EINVAL && caps.inline_size > 0) {
+    // Devices report no inline limit in ibv_device_attr: fall back to none.
+    init.cap.max_inline_data = 0;
+    qp = ibv_create_qp(pd_.get(), &init);
+  }
+  return wrap(qp, caps, init);
+}
+
+QueuePair QpBuilder::build(rdma_cm_id* id) const {
+  const QpCaps caps = clamped_caps();
+  ibv_qp_init_attr init = init_attr(caps);
+  if (rdma_create_qp(id, pd_.get(), &init) != 0) return wrap(nullptr, caps, init);
+  QueuePair result = wrap(id->qp, caps, init);
+  result.cm_id_ = id;
   return result;
 }
 

@@ -12,6 +12,8 @@
 #include "rdmakit/context.hpp"
 #include "rdmakit/memory_region.hpp"
 
+struct rdma_cm_id;
+
 namespace rdmakit {
 
 enum class QpType { rc, ud };
@@ -51,6 +53,9 @@ struct PathParams {
 };
 
 class SharedReceiveQueue;
+namespace detail {
+struct CmQueuePairs;
+}
 
 class QueuePair {
  public:
@@ -97,7 +102,9 @@ class QueuePair {
 
  private:
   friend class QpBuilder;
+  friend struct detail::CmQueuePairs;
   std::string describe() const;
+  void destroy() noexcept;
   std::error_code modify(ibv_qp_attr& attr, int mask, const char* transition, std::string& what);
 
   ibv_qp* raw_ = nullptr;
@@ -111,6 +118,7 @@ class QueuePair {
   uint32_t psn_ = 0;
   uint32_t qkey_ = 0;
   bool ready_ = false;
+  rdma_cm_id* cm_id_ = nullptr;       // created by rdma_create_qp: destroyed by rdma_destroy_qp
   std::shared_ptr<void> keep_alive_;  // PD, CQs and SRQ outlive the QP
 };
 
@@ -182,8 +190,12 @@ class QpBuilder {
   QpCaps clamped_caps() const;
   // Creates the QP (in RESET). Throws Error naming the QP's settings on failure.
   QueuePair build() const;
+  // Creates the QP of an RDMA CM id (rdma_create_qp): the CM moves it through its states.
+  QueuePair build(rdma_cm_id* id) const;
 
  private:
+  ibv_qp_init_attr init_attr(const QpCaps& caps) const;
+  QueuePair wrap(ibv_qp* qp, QpCaps caps, const ibv_qp_init_attr& granted) const;
   const Context* context_;
   std::shared_ptr<ibv_pd> pd_;
   std::shared_ptr<ibv_cq> send_cq_, recv_cq_;

@@ -1,0 +1,164 @@
+// The coroutine data path: co_await on RDMA operations of a connected QP.
+//
+//   AsyncQueuePair qp(poller, queue_pair);
+//   std::error_code ec = co_await qp.write(local, remote);
+//
+// Every operation's state lives in its awaiter, inside the coroutine frame; wr_id points at
+// it. Operations are posted by the poller in batches (one doorbell per batch), only some are
+// signalled (an RC completion retires every earlier work request), and a full send queue
+// suspends the caller until room frees. Awaiters are resumed on the thread that polls. An
+// AsyncQueuePair, its poller and its coroutines belong to one thread; only cancellation
+// (std::stop_token) may come from another.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <system_error>
+
+#include "rdmakit/buffer.hpp"
+#include "rdmakit/operation.hpp"
+#include "rdmakit/queue_pair.hpp"
+#include "rdmakit/task.hpp"
+
+namespace rdmakit {
+
+class Poller;
+
+// What a receive delivered.
+struct Received {
+  std::error_code error;
+  uint32_t byte_len = 0;
+  std::optional<uint32_t> imm;  // for SEND_WITH_IMM and RDMA_WRITE_WITH_IMM
+};
+
+// What an atomic returned: the remote value before the operation.
+struct AtomicResult {
+  std::error_code error;
+  uint64_t old_value = 0;
+};
+
+class AsyncQueuePair {
+ public:
+  template <typename Op, typename Result>
+  class Awaiter : public Op {
+   public:
+    // `fill` sets up the work request of this very object (its address is final: awaiters
+    // are neither copied nor moved).
+    template <typename Fill>
+    Awaiter(AsyncQueuePair* owner, OpOptions& options, Fill&& fill) noexcept {
+      this->qp = owner;
+      this->timeout = options.timeout;
+      if (options.stop) this->stop = *options.stop;
+      owner->init(*this);
+      fill(*this);
+    }
+    Awaiter(const Awaiter&) = delete;
+    Awaiter& operator=(const Awaiter&) = delete;
+    bool await_ready() const noexcept { return false; }
+    void await_suspend(std::coroutine_handle<> suspended) noexcept {
+      this->waiter = suspended;
+      this->qp->submit(this);
+    }
+    Result await_resume() noexcept;
+  };
+  using SendAwaiter = Awaiter<detail::SendOperation, std::error_code>;
+  using AtomicAwaiter = Awaiter<detail::SendOperation, AtomicResult>;
+  using RecvAwaiter = Awaiter<detail::RecvOperation, Received>;
+
+  // `qp` must be connected (RC) or activated (UD), its send and receive completions must go
+  // to `poller`'s CQ, and both must outlive this object.
+  AsyncQueuePair(Poller& poller, QueuePair& qp);
+  AsyncQueuePair(const AsyncQueuePair&) = delete;
+  AsyncQueuePair& operator=(const AsyncQueuePair&) = delete;
+  // Destroying it with operations in flight is a programming error.
+  ~AsyncQueuePair();
+
+  SendAwaiter write(LocalBuffer local, RemoteBuffer remote, OpOptions options = {}) noexcept;
+  SendAwaiter read(LocalBuffer local, RemoteBuffer remote, OpOptions options = {}) noexcept;
+  SendAwaiter send(LocalBuffer local, OpOptions options = {}) noexcept;
+  SendAwaiter send_with_imm(LocalBuffer local, uint32_t imm, OpOptions options = {}) noexcept;
+  SendAwaiter write_with_imm(LocalBuffer local, RemoteBuffer remote, uint32_t imm,
+                             OpOptions options = {}) noexcept;
+  // 8-byte atomics; the previous remote value lands in `result` (8 bytes) and is returned.
+  AtomicAwaiter compare_swap(LocalBuffer result, RemoteBuffer target, uint64_t expected,
+                             uint64_t desired, OpOptions options = {}) noexcept;
+  AtomicAwaiter fetch_add(LocalBuffer result, RemoteBuffer target, uint64_t add,
+                          OpOptions options = {}) noexcept;
+  // A work request filled by the caller (any opcode, UD address included). Its scatter list
+  // must stay valid until the awaiter completes; wr_id, next and IBV_SEND_SIGNALED are ours.
+  SendAwaiter post(const ibv_send_wr& wr, OpOptions options = {}) noexcept;
+
+  RecvAwaiter recv(LocalBuffer local, OpOptions options = {}) noexcept;
+  // A receive without buffer, for the immediate of an RDMA_WRITE_WITH_IMM.
+  RecvAwaiter recv_imm(OpOptions options = {}) noexcept;
+
+  QueuePair& queue_pair() const noexcept { return qp_; }
+  // Operations submitted and not yet completed (pending or posted).
+  uint32_t in_flight() const noexcept { return in_flight_; }
+  // True once the QP went to ERROR (a failed or abandoned operation, a lost peer).
+  bool failed() const noexcept { return failed_; }
+
+ private:
+  friend class Poller;
+  friend struct detail::Operation;
+  struct List {
+    detail::Operation* head = nullptr;
+    detail::Operation* tail = nullptr;
+    void push(detail::Operation* op) noexcept;
+    detail::Operation* pop() noexcept;
+    bool remove(detail::Operation* op) noexcept;
+  };
+
+  void init(detail::SendOperation& op) noexcept;
+  void init(detail::RecvOperation& op) noexcept;
+  void set_local(detail::SendOperation& op, LocalBuffer local) const noexcept;
+  void submit(detail::Operation* op) noexcept;
+  // Posts what is pending and fits; returns work requests posted.
+  unsigned flush() noexcept;
+  unsigned flush_sends() noexcept;
+  unsigned flush_recvs() noexcept;
+  // Cancellation and timeouts: finishes pending ones, abandons posted ones.
+  void sweep(detail::Operation::Steady::time_point now) noexcept;
+  void abandon_posted(detail::Operation* op, Errc reason) noexcept;
+  void fail_qp() noexcept;
+
+  static void send_completed(detail::Operation* op, const ibv_wc& wc) noexcept;
+  static void recv_completed(detail::Operation* op, const ibv_wc& wc) noexcept;
+  void finish(detail::Operation* op, std::error_code result) noexcept;
+
+  Poller& poller_;
+  QueuePair& qp_;
+  ibv_qp* raw_;
+  List pending_sends_, posted_sends_, pending_recvs_, posted_recvs_;
+  uint32_t send_room_;
+  uint32_t recv_room_;
+  uint32_t signal_interval_;
+  uint32_t in_flight_ = 0;
+  uint32_t timed_ = 0;  // operations with a deadline or a stop token
+  bool failed_ = false;
+  bool dirty_ = false;  // in the poller's list of QPs with pending operations
+  AsyncQueuePair* next_dirty_ = nullptr;
+  AsyncQueuePair* next_attached_ = nullptr;
+  AsyncQueuePair* prev_attached_ = nullptr;
+  std::atomic<bool> cancel_requested_{false};
+};
+
+template <>
+inline std::error_code AsyncQueuePair::SendAwaiter::await_resume() noexcept {
+  return result;
+}
+
+template <>
+inline AtomicResult AsyncQueuePair::AtomicAwaiter::await_resume() noexcept {
+  AtomicResult out{result, 0};
+  if (!result)
+    std::memcpy(&out.old_value, reinterpret_cast<const void*>(sge.addr), sizeof(uint64_t));
+  return out;
+}
+
+template <>
+inline Received AsyncQueuePair::RecvAwaiter::await_resume() noexcept {
+  return {result, byte_len, imm};
+}
+
+}  // namespace rdmakit

@@ -1,0 +1,70 @@
+// The RDMA CM back end: addresses are IP:port, the CM resolves the route and carries the
+// handshake in its private data (compact form), and moves the QPs through their states.
+// Needs Resources opened with for_rdma_cm = true (the CM's own device context).
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "rdmakit/connection.hpp"
+
+struct rdma_event_channel;
+struct rdma_cm_event;
+
+namespace rdmakit {
+
+class CmAcceptor {
+ public:
+  // Listens on address:port (port 0: ephemeral). Throws Error.
+  CmAcceptor(std::shared_ptr<Resources> resources, const std::string& address = "0.0.0.0",
+             uint16_t port = 0, ConnectionOptions options = {});
+  CmAcceptor(const CmAcceptor&) = delete;
+  CmAcceptor& operator=(const CmAcceptor&) = delete;
+  ~CmAcceptor();
+
+  uint16_t port() const noexcept { return port_; }
+  // The CM event channel's fd: readable when a client is waiting (for event loops).
+  int fd() const noexcept;
+
+  // Waits for a connection request and completes it (bounded by options.timeout once the
+  // request is there). Throws Error with the explanation.
+  Connection accept();
+  Connection accept(std::error_code& ec);
+  Connection accept_for(std::chrono::milliseconds wait, std::error_code& ec);
+  std::string explanation() const;
+
+ private:
+  struct Request;
+  bool next_request(Request& request, std::chrono::steady_clock::time_point deadline,
+                    std::error_code& ec);
+  std::shared_ptr<Resources> resources_;
+  ConnectionOptions options_;
+  rdma_event_channel* channel_ = nullptr;
+  rdma_cm_id* listener_ = nullptr;
+  uint16_t port_ = 0;
+  std::mutex mutex_;  // one accept at a time: they share the listener's event channel
+  std::deque<rdma_cm_event*> waiting_;  // requests that arrived while another was served
+  std::string explanation_;
+};
+
+class CmConnector {
+ public:
+  explicit CmConnector(std::shared_ptr<Resources> resources, ConnectionOptions options = {});
+
+  Connection connect(const std::string& host, uint16_t port);
+  Connection connect(const std::string& host, uint16_t port, std::error_code& ec);
+  std::string explanation() const;
+
+ private:
+  std::shared_ptr<Resources> resources_;
+  ConnectionOptions options_;
+  mutable std::mutex mutex_;
+  std::string explanation_;
+};
+
+static_assert(Acceptor<CmAcceptor>);
+static_assert(Connector<CmConnector>);
+
+}  // namespace rdmakit

@@ -1,0 +1,75 @@
+// The state of one work request in flight, kept inside the awaiter (and so inside the
+// coroutine frame): the work request's wr_id points at it, and the poller hands the
+// completion back through `on_completion`. No allocation per operation.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <atomic>
+#include <chrono>
+#include <coroutine>
+#include <cstdint>
+#include <optional>
+#include <stop_token>
+#include <system_error>
+#include <type_traits>
+
+#include "rdmakit/error.hpp"
+
+namespace rdmakit {
+
+class AsyncQueuePair;
+
+// Per-operation options of the coroutine data path.
+struct OpOptions {
+  // Zero: no timeout. A posted operation that times out moves its QP to ERROR (the device
+  // must stop touching the buffer before the awaiter completes) and ends with Errc::timed_out.
+  std::chrono::nanoseconds timeout{0};
+  // Cancellation; same rule as a timeout once the operation is posted, Errc::canceled. A
+  // pointer (copied when the operation starts) keeps OpOptions trivially destructible: GCC 12
+  // may destroy a non-trivial temporary of a co_await expression twice.
+  const std::stop_token* stop = nullptr;
+};
+static_assert(std::is_trivially_destructible_v<OpOptions>);
+
+namespace detail {
+
+struct Operation {
+  using Steady = std::chrono::steady_clock;
+  static constexpr Steady::time_point kNoDeadline = Steady::time_point::max();
+
+  void (*on_completion)(Operation* self, const ibv_wc& wc) noexcept = nullptr;
+  AsyncQueuePair* qp = nullptr;
+  Operation* next = nullptr;  // in the QP's pending or in-flight list
+  std::coroutine_handle<> waiter;
+  std::error_code result;
+  uint32_t byte_len = 0;
+  std::optional<uint32_t> imm;
+  Steady::time_point deadline = kNoDeadline;
+  std::atomic<bool> cancel_requested{false};
+  Errc abandoned{};  // set when the poller gave up on it (timed_out or canceled)
+  std::chrono::nanoseconds timeout{0};
+  std::stop_token stop;
+
+  void request_cancel() noexcept;
+  struct OnStop {
+    Operation* op;
+    void operator()() const noexcept { op->request_cancel(); }
+  };
+  std::optional<std::stop_callback<OnStop>> stop_callback;
+};
+
+// Work-request side of a send-queue operation.
+struct SendOperation : Operation {
+  ibv_send_wr wr{};
+  ibv_sge sge{};
+};
+
+// Work-request side of a receive.
+struct RecvOperation : Operation {
+  ibv_recv_wr wr{};
+  ibv_sge sge{};
+};
+
+}  // namespace detail
+}  // namespace rdmakit

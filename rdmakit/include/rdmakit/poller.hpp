@@ -1,0 +1,77 @@
+// Drives the coroutine data path of the QPs sharing one completion queue: posts what their
+// operations queued (one doorbell per QP per round), polls completions in batches and
+// resumes the awaiting coroutines. Busy-poll with poll()/run_until() on the application's
+// own thread, or sleep until the completion channel fires with wait() (or Asio, see
+// rdmakit/asio.hpp). The library starts no thread of its own.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <system_error>
+
+#include "rdmakit/async_queue_pair.hpp"
+#include "rdmakit/completion_queue.hpp"
+
+namespace rdmakit {
+
+class Poller {
+ public:
+  // Completions taken per ibv_poll_cq call.
+  static constexpr int kBatch = 32;
+
+  // `channel` (the one `cq` was created with) is needed for wait().
+  explicit Poller(const CompletionQueue& cq, const CompletionChannel* channel = nullptr);
+  Poller(const Poller&) = delete;
+  Poller& operator=(const Poller&) = delete;
+  ~Poller();
+
+  // One round: post pending operations, take up to kBatch completions and resume their
+  // awaiters, act on cancellations and timeouts. Returns the completions handled.
+  int poll() noexcept;
+  // Busy-polls until done() is true.
+  template <typename Done>
+  void run_until(Done&& done) noexcept {
+    while (!done()) poll();
+  }
+  // Polls; when nothing is there, sleeps on the completion channel (and wake()) for at most
+  // `timeout`. Returns the completions handled, 0 on timeout.
+  int wait(std::chrono::milliseconds timeout) noexcept;
+  // Makes a sleeping wait() return; callable from any thread.
+  void wake() noexcept;
+
+  // Called (on the polling thread) when operations are queued while none were pending, so
+  // an event loop that only polls when the channel fires can schedule a round.
+  void on_pending(void (*hook)(void* context) noexcept, void* context) noexcept {
+    pending_hook_ = hook;
+    pending_context_ = context;
+  }
+
+  const CompletionQueue& cq() const noexcept { return cq_; }
+  int channel_fd() const noexcept;
+  // Posts pending operations of every QP without polling (poll() and wait() do it too).
+  void flush() noexcept;
+
+ private:
+  friend class AsyncQueuePair;
+  friend struct detail::Operation;
+  void mark_dirty(AsyncQueuePair* qp) noexcept;
+  void attach(AsyncQueuePair* qp) noexcept;
+  void detach(AsyncQueuePair* qp) noexcept;
+  void sweep() noexcept;
+
+  const CompletionQueue& cq_;
+  ibv_cq* raw_cq_;
+  const CompletionChannel* channel_;
+  int wake_fd_ = -1;
+  std::array<ibv_wc, kBatch> completions_{};
+  AsyncQueuePair* dirty_head_ = nullptr;
+  AsyncQueuePair* attached_ = nullptr;  // every QP, linked through next_attached_
+  uint32_t timed_ = 0;
+  std::atomic<bool> attention_{false};  // a stop token fired somewhere
+  detail::Operation::Steady::time_point next_sweep_{};
+  void (*pending_hook_)(void*) noexcept = nullptr;
+  void* pending_context_ = nullptr;
+};
+
+}  // namespace rdmakit

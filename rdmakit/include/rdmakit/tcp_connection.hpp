@@ -1,0 +1,65 @@
+// The TCP back end: QP attributes are exchanged over a TCP connection (the handshake of
+// handshake.hpp in frames), then the QPs are connected directly. Works with any verbs
+// device, no RDMA CM needed.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "rdmakit/connection.hpp"
+
+namespace rdmakit {
+
+class TcpAcceptor {
+ public:
+  // Listens on address:port (port 0: an ephemeral one, see port()). Throws Error.
+  TcpAcceptor(std::shared_ptr<Resources> resources, const std::string& address = "0.0.0.0",
+              uint16_t port = 0, ConnectionOptions options = {});
+  TcpAcceptor(const TcpAcceptor&) = delete;
+  TcpAcceptor& operator=(const TcpAcceptor&) = delete;
+  ~TcpAcceptor();
+
+  uint16_t port() const noexcept { return port_; }
+  // Readable when a client is waiting (for event loops).
+  int fd() const noexcept { return fd_; }
+
+  // Waits for a client and completes its handshake (bounded by options.timeout). Safe to call
+  // from several threads at once: each serves one client. Throws Error with the explanation.
+  Connection accept();
+  // Same, reporting failures (a refused or mismatched peer: Errc::handshake_*).
+  Connection accept(std::error_code& ec);
+  // Gives up with Errc::timed_out if no client arrives within `wait`.
+  Connection accept_for(std::chrono::milliseconds wait, std::error_code& ec);
+  // Why the last failed accept failed, in words.
+  std::string explanation() const;
+
+ private:
+  std::shared_ptr<Resources> resources_;
+  ConnectionOptions options_;
+  int fd_ = -1;
+  uint16_t port_ = 0;
+  mutable std::mutex mutex_;
+  std::string explanation_;
+};
+
+class TcpConnector {
+ public:
+  explicit TcpConnector(std::shared_ptr<Resources> resources, ConnectionOptions options = {});
+
+  // Connects to a TcpAcceptor. Throws Error with the explanation.
+  Connection connect(const std::string& host, uint16_t port);
+  Connection connect(const std::string& host, uint16_t port, std::error_code& ec);
+  std::string explanation() const;
+
+ private:
+  std::shared_ptr<Resources> resources_;
+  ConnectionOptions options_;
+  mutable std::mutex mutex_;
+  std::string explanation_;
+};
+
+static_assert(Acceptor<TcpAcceptor>);
+static_assert(Connector<TcpConnector>);
+
+}  // namespace rdmakit

@@ -1,0 +1,366 @@
+#include "rdmakit/async_queue_pair.hpp"
+
+#include <arpa/inet.h>
+
+#include <algorithm>
+
+#include "rdmakit/poller.hpp"
+
+namespace rdmakit {
+
+using detail::Operation;
+using detail::RecvOperation;
+using detail::SendOperation;
+
+void Operation::request_cancel() noexcept {
+  cancel_requested.store(true, std::memory_order_release);
+  qp->cancel_requested_.store(true, std::memory_order_release);
+  qp->poller_.attention_.store(true, std::memory_order_release);
+  qp->poller_.wake();
+}
+
+void AsyncQueuePair::List::push(Operation* op) noexcept {
+  op->next = nullptr;
+  if (tail)
+    tail->next = op;
+  else
+    head = op;
+  tail = op;
+}
+
+Operation* AsyncQueuePair::List::pop() noexcept {
+  Operation* op = head;
+  if (op) {
+    head = op->next;
+    if (!head) tail = nullptr;
+  }
+  return op;
+}
+
+bool AsyncQueuePair::List::remove(Operation* op) noexcept {
+  Operation* prev = nullptr;
+  for (Operation* cur = head; cur; prev = cur, cur = cur->next) {
+    if (cur != op) continue;
+    (prev ? prev->next : head) = cur->next;
+    if (tail == cur) tail = prev;
+    return true;
+  }
+  return false;
+}
+
+AsyncQueuePair::AsyncQueuePair(Poller& poller, QueuePair& qp)
+    : poller_(poller),
+      qp_(qp),
+      raw_(qp.get()),
+      send_room_(qp.caps().send_depth),
+      recv_room_(qp.caps().recv_depth),
+      // Signal a few times per queue depth so room frees before the queue runs dry.
+      signal_interval_(std::max(1u, qp.caps().send_depth / 4)) {
+  RDMAKIT_REQUIRE(qp.ready(), "AsyncQueuePair over a queue pair that is not connected");
+  RDMAKIT_REQUIRE(raw_->send_cq == poller.cq().get() &&
+                      (raw_->srq != nullptr || raw_->recv_cq == poller.cq().get()),
+                  "AsyncQueuePair: the QP's completion queues are not the poller's");
+  poller_.attach(this);
+}
+
+AsyncQueuePair::~AsyncQueuePair() {
+  RDMAKIT_REQUIRE(in_flight_ == 0,
+                  "AsyncQueuePair destroyed with operations in flight (let them complete, "
+                  "or cancel them and keep polling until they do)");
+  poller_.detach(this);
+}
+
+void AsyncQueuePair::init(SendOperation& op) noexcept {
+  op.on_completion = &send_completed;
+  op.wr.sg_list = &op.sge;
+  op.wr.num_sge = 1;
+}
+
+void AsyncQueuePair::init(RecvOperation& op) noexcept {
+  op.on_completion = &recv_completed;
+  op.wr.sg_list = &op.sge;
+  op.wr.num_sge = 1;
+}
+
+void AsyncQueuePair::set_local(SendOperation& op, LocalBuffer local) const noexcept {
+  op.sge = local.sge();
+  if (local.size() == 0) op.wr.num_sge = 0;
+  // Small payloads travel in the work request: no lkey lookup, the buffer is free at once.
+  if (local.size() <= qp_.caps().inline_size && op.wr.opcode != IBV_WR_RDMA_READ)
+    op.wr.send_flags |= IBV_SEND_INLINE;
+}
+
+AsyncQueuePair::SendAwaiter AsyncQueuePair::write(LocalBuffer local, RemoteBuffer remote,
+                                                  OpOptions options) noexcept {
+  return {this, options, [&](SendOperation& op) {
+            op.wr.opcode = IBV_WR_RDMA_WRITE;
+            op.wr.wr.rdma = {remote.address(), remote.rkey()};
+            set_local(op, local);
+          }};
+}
+
+AsyncQueuePair::SendAwaiter AsyncQueuePair::read(LocalBuffer local, RemoteBuffer remote,
+                                                 OpOptions options) noexcept {
+  return {this, options, [&](SendOperation& op) {
+            op.wr.opcode = IBV_WR_RDMA_READ;
+            op.wr.wr.rdma = {remote.address(), remote.rkey()};
+            set_local(op, local);
+          }};
+}
+
+AsyncQueuePair::SendAwaiter AsyncQueuePair::send(LocalBuffer local, OpOptions options) noexcept {
+  return {this, options, [&](SendOperation& op) {
+            op.wr.opcode = IBV_WR_SEND;
+            set_local(op, local);
+          }};
+}
+
+AsyncQueuePair::SendAwaiter AsyncQueuePair::send_with_imm(LocalBuffer local, uint32_t imm,
+                                                          OpOptions options) noexcept {
+  return {this, options, [&](SendOperation& op) {
+            op.wr.opcode = IBV_WR_SEND_WITH_IMM;
+            op.wr.imm_data = htonl(imm);
+            set_local(op, local);
+          }};
+}
+
+AsyncQueuePair::SendAwaiter AsyncQueuePair::write_with_imm(LocalBuffer local, RemoteBuffer remote,
+                                                           uint32_t imm,
+                                                           OpOptions options) noexcept {
+  return {this, options, [&](SendOperation& op) {
+            op.wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+            op.wr.imm_data = htonl(imm);
+            op.wr.wr.rdma = {remote.address(), remote.rkey()};
+            set_local(op, local);
+          }};
+}
+
+AsyncQueuePair::AtomicAwaiter AsyncQueuePair::compare_swap(LocalBuffer result, RemoteBuffer target,
+                                                           uint64_t expected, uint64_t desired,
+                                                           OpOptions options) noexcept {
+  RDMAKIT_REQUIRE(result.size() == 8 && target.size() == 8,
+                  "compare_swap needs 8-byte local and remote buffers");
+  return {this, options, [&](SendOperation& op) {
+            op.wr.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
+            op.wr.wr.atomic = {target.address(), expected, desired, target.rkey()};
+            op.sge = result.sge();
+          }};
+}
+
+AsyncQueuePair::AtomicAwaiter AsyncQueuePair::fetch_add(LocalBuffer result, RemoteBuffer target,
+                                                        uint64_t add, OpOptions options) noexcept {
+  RDMAKIT_REQUIRE(result.size() == 8 && target.size() == 8,
+                  "fetch_add needs 8-byte local and remote buffers");
+  return {this, options, [&](SendOperation& op) {
+            op.wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+            op.wr.wr.atomic = {target.address(), add, 0, target.rkey()};
+            op.sge = result.sge();
+          }};
+}
+
+AsyncQueuePair::SendAwaiter AsyncQueuePair::post(const ibv_send_wr& wr,
+                                                 OpOptions options) noexcept {
+  return {this, options, [&](SendOperation& op) {
+            op.wr = wr;
+            op.wr.next = nullptr;
+          }};
+}
+
+AsyncQueuePair::RecvAwaiter AsyncQueuePair::recv(LocalBuffer local, OpOptions options) noexcept {
+  return {this, options, [&](RecvOperation& op) {
+            op.sge = local.sge();
+            if (local.size() == 0) op.wr.num_sge = 0;
+          }};
+}
+
+AsyncQueuePair::RecvAwaiter AsyncQueuePair::recv_imm(OpOptions options) noexcept {
+  return {this, options, [](RecvOperation& op) { op.wr.num_sge = 0; }};
+}
+
+void AsyncQueuePair::submit(Operation* op) noexcept {
+  ++in_flight_;
+  if (op->timeout.count() > 0 || op->stop.stop_possible()) {
+    ++timed_;
+    ++poller_.timed_;
+    if (op->timeout.count() > 0) op->deadline = Operation::Steady::now() + op->timeout;
+    // May run request_cancel at once if the stop was already requested.
+    if (op->stop.stop_possible()) op->stop_callback.emplace(op->stop, Operation::OnStop{op});
+  }
+  if (op->on_completion == &send_completed)
+    pending_sends_.push(op);
+  else
+    pending_recvs_.push(op);
+  poller_.mark_dirty(this);
+}
+
+unsigned AsyncQueuePair::flush() noexcept {
+  return flush_recvs() + flush_sends();
+}
+
+unsigned AsyncQueuePair::flush_sends() noexcept {
+  ibv_send_wr* first = nullptr;
+  ibv_send_wr** link = &first;
+  unsigned posted = 0;
+  unsigned since_signal = 0;
+  while (send_room_ > 0 && pending_sends_.head) {
+    auto* op = static_cast<SendOperation*>(pending_sends_.pop());
+    --send_room_;
+    // The last of a batch is always signalled, so every posted request is retired by a
+    // later (or its own) completion: RC completes in order.
+    const bool signal =
+        ++since_signal >= signal_interval_ || send_room_ == 0 || !pending_sends_.head;
+    if (signal) since_signal = 0;
+    op->wr.wr_id = reinterpret_cast<uintptr_t>(static_cast<Operation*>(op));
+    op->wr.next = nullptr;
+    op->wr.send_flags = (op->wr.send_flags & ~unsigned{IBV_SEND_SIGNALED}) |
+                        (signal ? unsigned{IBV_SEND_SIGNALED} : 0u);
+    *link = &op->wr;
+    link = &op->wr.next;
+    posted_sends_.push(op);
+    ++posted;
+  }
+  if (!first) return 0;
+  ibv_send_wr* bad = nullptr;
+  if (int err = ibv_post_send(raw_, first, &bad)) {
+    // Requests before `bad` are with the device; the rest never were.
+    for (ibv_send_wr* wr = bad; wr;) {
+      ibv_send_wr* next = wr->next;
+      auto* op = reinterpret_cast<Operation*>(wr->wr_id);
+      posted_sends_.remove(op);
+      ++send_room_;
+      --posted;
+      finish(op, verbs_error(err));
+      wr = next;
+    }
+    fail_qp();
+  }
+  return posted;
+}
+
+unsigned AsyncQueuePair::flush_recvs() noexcept {
+  ibv_recv_wr* first = nullptr;
+  ibv_recv_wr** link = &first;
+  unsigned posted = 0;
+  while (recv_room_ > 0 && pending_recvs_.head) {
+    auto* op = static_cast<RecvOperation*>(pending_recvs_.pop());
+    --recv_room_;
+    op->wr.wr_id = reinterpret_cast<uintptr_t>(static_cast<Operation*>(op));
+    op->wr.next = nullptr;
+    *link = &op->wr;
+    link = &op->wr.next;
+    posted_recvs_.push(op);
+    ++posted;
+  }
+  if (!first) return 0;
+  ibv_recv_wr* bad = nullptr;
+  if (int err = ibv_post_recv(raw_, first, &bad)) {
+    for (ibv_recv_wr* wr = bad; wr;) {
+      ibv_recv_wr* next = wr->next;
+      auto* op = reinterpret_cast<Operation*>(wr->wr_id);
+      posted_recvs_.remove(op);
+      ++recv_room_;
+      --posted;
+      finish(op, verbs_error(err));
+      wr = next;
+    }
+  }
+  return posted;
+}
+
+void AsyncQueuePair::finish(Operation* op, std::error_code result) noexcept {
+  op->result = result;
+  if (op->timeout.count() > 0 || op->stop.stop_possible()) {
+    --timed_;
+    --poller_.timed_;
+    op->stop_callback.reset();  // waits for a callback running on another thread
+  }
+  --in_flight_;
+  op->waiter.resume();
+}
+
+void AsyncQueuePair::fail_qp() noexcept {
+  if (failed_) return;
+  failed_ = true;
+  // Flushes every posted request; their completions finish the awaiters.
+  (void)qp_.to_error();
+}
+
+void AsyncQueuePair::send_completed(Operation* done, const ibv_wc& wc) noexcept {
+  AsyncQueuePair& self = *done->qp;
+  const bool ok = wc.status == IBV_WC_SUCCESS;
+  // Unsignalled requests before `done` completed before it; once the QP failed, the device
+  // flushed them.
+  for (;;) {
+    Operation* op = self.posted_sends_.pop();
+    RDMAKIT_REQUIRE(op != nullptr, "send completion for an operation that was not posted");
+    ++self.send_room_;
+    const bool last = op == done;
+    std::error_code result;
+    if (last && !ok)
+      result =
+          op->abandoned != Errc{} ? make_error_code(op->abandoned) : completion_error(wc.status);
+    else if (!last && self.failed_)
+      result = op->abandoned != Errc{} ? make_error_code(op->abandoned)
+                                       : completion_error(IBV_WC_WR_FLUSH_ERR);
+    if (last && !ok) self.failed_ = true;
+    if (last) op->byte_len = wc.byte_len;
+    self.finish(op, result);
+    if (last) return;
+  }
+}
+
+void AsyncQueuePair::recv_completed(Operation* done, const ibv_wc& wc) noexcept {
+  AsyncQueuePair& self = *done->qp;
+  if (self.posted_recvs_.head == done)
+    self.posted_recvs_.pop();
+  else
+    RDMAKIT_REQUIRE(self.posted_recvs_.remove(done), "receive completion for an unposted receive");
+  ++self.recv_room_;
+  std::error_code result;
+  if (wc.status != IBV_WC_SUCCESS) {
+    self.failed_ = true;
+    result =
+        done->abandoned != Errc{} ? make_error_code(done->abandoned) : completion_error(wc.status);
+  } else {
+    done->byte_len = wc.byte_len;
+    if (wc.wc_flags & IBV_WC_WITH_IMM) done->imm = ntohl(wc.imm_data);
+  }
+  self.finish(done, result);
+}
+
+void AsyncQueuePair::sweep(Operation::Steady::time_point now) noexcept {
+  cancel_requested_.store(false, std::memory_order_relaxed);
+  auto reason = [now](const Operation* op) -> Errc {
+    if (op->cancel_requested.load(std::memory_order_acquire)) return Errc::canceled;
+    if (op->deadline <= now) return Errc::timed_out;
+    return Errc{};
+  };
+  // Not posted: the device never saw them, finish at once. Restart after each finish: the
+  // resumed coroutine may queue more.
+  for (List* list : {&pending_sends_, &pending_recvs_}) {
+    for (Operation* op = list->head; op;) {
+      const Errc why = reason(op);
+      if (why == Errc{}) {
+        op = op->next;
+        continue;
+      }
+      list->remove(op);
+      finish(op, make_error_code(why));
+      op = list->head;
+    }
+  }
+  // Posted: the device may still touch their buffers. Stop the QP; the flush completions
+  // finish them with the reason.
+  bool abandon = false;
+  for (List* list : {&posted_sends_, &posted_recvs_}) {
+    for (Operation* op = list->head; op; op = op->next) {
+      const Errc why = reason(op);
+      if (why == Errc{} || op->abandoned != Errc{}) continue;
+      op->abandoned = why;
+      abandon = true;
+    }
+  }
+  if (abandon) fail_qp();
+}
+
+}  // namespace rdmakit

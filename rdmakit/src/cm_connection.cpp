@@ -1,0 +1,382 @@
+#include "rdmakit/cm_connection.hpp"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <poll.h>
+#include <rdma/rdma_cma.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "rdmakit/error.hpp"
+
+namespace rdmakit {
+namespace detail {
+
+struct CmQueuePairs {
+  // The CM moved the QP to RTS when the connection was established.
+  static void mark_ready(QueuePair& qp) noexcept { qp.ready_ = true; }
+};
+
+}  // namespace detail
+
+namespace {
+
+using Deadline = std::chrono::steady_clock::time_point;
+// Private data of a reject: the Errc (1 byte) and the explanation, within the REJ limit.
+constexpr size_t kRejectPrivateData = 148;
+
+// The next CM event on `channel`, or null with `ec` set (timed_out at the deadline).
+rdma_cm_event* next_event(rdma_event_channel* channel, Deadline deadline, std::error_code& ec) {
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    pollfd p{channel->fd, POLLIN, 0};
+    const int n =
+        ::poll(&p, 1, deadline == Deadline::max() ? -1 : std::max<int>(0, int(left.count())));
+    if (n == 0) {
+      ec = make_error_code(Errc::timed_out);
+      return nullptr;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    rdma_cm_event* event = nullptr;
+    if (n < 0 || rdma_get_cm_event(channel, &event) != 0) {
+      ec = verbs_error(errno);
+      return nullptr;
+    }
+    return event;
+  }
+}
+
+GidEntry gid_of(const sockaddr* addr) {
+  GidEntry gid;
+  gid.type = GidType::roce_v2;
+  gid.gid.raw[10] = 0xff;
+  gid.gid.raw[11] = 0xff;
+  std::memcpy(gid.gid.raw + 12, &reinterpret_cast<const sockaddr_in*>(addr)->sin_addr, 4);
+  return gid;
+}
+
+std::vector<std::byte> private_data(const rdma_cm_event* event) {
+  const auto* p = static_cast<const std::byte*>(event->param.conn.private_data);
+  return p ? std::vector<std::byte>(p, p + event->param.conn.private_data_len)
+           : std::vector<std::byte>();
+}
+
+rdma_conn_param conn_param(const std::vector<std::byte>& data, const QueuePair& qp) {
+  rdma_conn_param param{};
+  param.private_data = data.data();
+  param.private_data_len = static_cast<uint8_t>(data.size());
+  param.responder_resources = qp.caps().rd_atomic;
+  param.initiator_depth = qp.caps().rd_atomic;
+  param.retry_count = qp.timers().retry_count;
+  param.rnr_retry_count = qp.timers().rnr_retry;
+  return param;
+}
+
+std::vector<std::byte> reject_data(std::error_code ec, const std::string& why) {
+  std::vector<std::byte> out(1 + std::min(why.size(), kRejectPrivateData - 1));
+  out[0] = static_cast<std::byte>(ec.value());
+  std::memcpy(out.data() + 1, why.data(), out.size() - 1);
+  return out;
+}
+
+std::error_code reject_reason(const std::vector<std::byte>& data, std::string& why) {
+  if (data.empty() || int(data[0]) < int(Errc::handshake_malformed) ||
+      int(data[0]) > int(Errc::handshake_mismatch)) {
+    why = "the peer rejected the connection";
+    return make_error_code(Errc::rejected);
+  }
+  std::string text(reinterpret_cast<const char*>(data.data()) + 1, data.size() - 1);
+  text.resize(std::strlen(text.c_str()));  // the CM may pad with zeros
+  why = "the peer refused: " + text;
+  return make_error_code(static_cast<Errc>(int(data[0])));
+}
+
+std::string describe_event(rdma_cm_event_type type, int status) {
+  return std::string(rdma_event_str(type)) +
+         (status ? " (status " + std::to_string(status) + ")" : "");
+}
+
+struct IdGuard {
+  rdma_cm_id* id;
+  rdma_event_channel* channel;
+  ~IdGuard() {
+    if (id) rdma_destroy_id(id);
+    if (channel) rdma_destroy_event_channel(channel);
+  }
+};
+
+}  // namespace
+
+struct CmAcceptor::Request {
+  rdma_cm_id* id = nullptr;
+  std::vector<std::byte> data;
+};
+
+CmAcceptor::CmAcceptor(std::shared_ptr<Resources> resources, const std::string& address,
+                       uint16_t port, ConnectionOptions options)
+    : resources_(std::move(resources)), options_(std::move(options)) {
+  RDMAKIT_REQUIRE(resources_->for_rdma_cm,
+                  "CmAcceptor needs Resources opened with for_rdma_cm = true");
+  channel_ = rdma_create_event_channel();
+  if (!channel_) throw_verbs_error("rdma_create_event_channel", errno, "CmAcceptor");
+  sockaddr_in sin{};
+  sin.sin_family = AF_INET;
+  sin.sin_port = htons(port);
+  const std::string where = address + ":" + std::to_string(port);
+  if (inet_pton(AF_INET, address.c_str(), &sin.sin_addr) != 1) {
+    rdma_destroy_event_channel(channel_);
+    throw Error(verbs_error(EINVAL), "not an IPv4 address: " + address);
+  }
+  if (rdma_create_id(channel_, &listener_, nullptr, RDMA_PS_TCP) != 0 ||
+      rdma_bind_addr(listener_, reinterpret_cast<sockaddr*>(&sin)) != 0 ||
+      rdma_listen(listener_, 128) != 0) {
+    const int err = errno;
+    if (listener_) rdma_destroy_id(listener_);
+    rdma_destroy_event_channel(channel_);
+    throw_verbs_error("rdma_bind_addr/rdma_listen", err, where);
+  }
+  port_ = ntohs(rdma_get_src_port(listener_));
+}
+
+CmAcceptor::~CmAcceptor() {
+  for (rdma_cm_event* event : waiting_) {
+    rdma_cm_id* id = event->id;
+    rdma_ack_cm_event(event);
+    rdma_reject(id, nullptr, 0);
+    rdma_destroy_id(id);
+  }
+  rdma_destroy_id(listener_);
+  rdma_destroy_event_channel(channel_);
+}
+
+int CmAcceptor::fd() const noexcept {
+  return channel_->fd;
+}
+
+bool CmAcceptor::next_request(Request& request, Deadline deadline, std::error_code& ec) {
+  rdma_cm_event* event = nullptr;
+  if (!waiting_.empty()) {
+    event = waiting_.front();
+    waiting_.pop_front();
+  }
+  while (!event) {
+    event = next_event(channel_, deadline, ec);
+    if (!event) return false;
+    if (event->event == RDMA_CM_EVENT_CONNECT_REQUEST) break;
+    rdma_ack_cm_event(event);  // e.g. a request that gave up before we got to it
+    event = nullptr;
+  }
+  request.id = event->id;
+  request.data = private_data(event);
+  rdma_ack_cm_event(event);
+  return true;
+}
+
+Connection CmAcceptor::accept_for(std::chrono::milliseconds wait, std::error_code& ec) {
+  std::lock_guard lock(mutex_);
+  explanation_.clear();
+  const Deadline wait_until = wait == std::chrono::milliseconds::max()
+                                  ? Deadline::max()
+                                  : std::chrono::steady_clock::now() + wait;
+  Request request;
+  if (!next_request(request, wait_until, ec)) {
+    explanation_ = "waiting for a connection request: " + ec.message();
+    return {};
+  }
+  IdGuard guard{request.id, nullptr};
+  HandshakeOffer theirs;
+  ec = decode(request.data, OfferForm::compact, theirs);
+  theirs.address.gid = gid_of(rdma_get_peer_addr(request.id)).gid;
+  QueuePair qp = detail::builder_for(*resources_, options_).build(request.id);
+  HandshakeOffer ours = detail::make_offer(*resources_, qp, options_);
+  ours.address.gid = gid_of(rdma_get_local_addr(request.id)).gid;
+  if (ec == Errc::handshake_version)
+    check_compatible(ours, theirs, explanation_);
+  else if (ec)
+    explanation_ = "the connection request is not an rdmakit handshake";
+  else
+    ec = check_compatible(ours, theirs, explanation_);
+  if (ec) {
+    const std::vector<std::byte> data = reject_data(ec, explanation_);
+    qp = QueuePair();
+    rdma_reject(request.id, data.data(), static_cast<uint8_t>(data.size()));
+    return {};
+  }
+  const std::vector<std::byte> data = encode(ours, OfferForm::compact);
+  RDMAKIT_REQUIRE(options_.user_data.size() <= kCmAcceptUserData,
+                  "CmAcceptor user data above the RDMA CM limit (kCmAcceptUserData)");
+  rdma_conn_param param = conn_param(data, qp);
+  if (rdma_accept(request.id, &param) != 0) {
+    ec = verbs_error(errno);
+    explanation_ = "rdma_accept: " + ec.message();
+    qp = QueuePair();
+    return {};
+  }
+  const Deadline deadline = std::chrono::steady_clock::now() + options_.timeout;
+  for (;;) {
+    rdma_cm_event* event = next_event(channel_, deadline, ec);
+    if (!event) {
+      explanation_ = "waiting for the connection to be established: " + ec.message();
+      qp = QueuePair();
+      return {};
+    }
+    if (event->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
+      waiting_.push_back(event);  // served by a later accept
+      continue;
+    }
+    const bool ours_event = event->id == request.id;
+    const rdma_cm_event_type type = event->event;
+    const int status = event->status;
+    rdma_ack_cm_event(event);
+    if (!ours_event) continue;
+    if (type == RDMA_CM_EVENT_ESTABLISHED) break;
+    ec = make_error_code(Errc::peer_closed);
+    explanation_ = "the client went away before the connection was established: " +
+                   describe_event(type, status);
+    qp = QueuePair();
+    return {};
+  }
+  // Later events of this connection (DISCONNECTED) go to a channel of its own.
+  rdma_event_channel* own = rdma_create_event_channel();
+  if (!own || rdma_migrate_id(request.id, own) != 0) {
+    ec = verbs_error(errno);
+    explanation_ = "rdma_migrate_id: " + ec.message();
+    if (own) rdma_destroy_event_channel(own);
+    qp = QueuePair();
+    return {};
+  }
+  detail::CmQueuePairs::mark_ready(qp);
+  const Negotiated negotiated = negotiate(ours, theirs);
+  guard.id = nullptr;
+  return Connection(resources_, std::move(qp), std::move(theirs), negotiated,
+                    "rdma_cm " + GidEntry{0, theirs.address.gid, GidType::roce_v2}.address(),
+                    request.id, own);
+}
+
+Connection CmAcceptor::accept(std::error_code& ec) {
+  return accept_for(std::chrono::milliseconds::max(), ec);
+}
+
+Connection CmAcceptor::accept() {
+  std::error_code ec;
+  Connection c = accept(ec);
+  if (ec)
+    throw_error(ec, "CmAcceptor::accept on port " + std::to_string(port_) + ": " + explanation());
+  return c;
+}
+
+std::string CmAcceptor::explanation() const {
+  std::lock_guard lock(const_cast<std::mutex&>(mutex_));
+  return explanation_;
+}
+
+CmConnector::CmConnector(std::shared_ptr<Resources> resources, ConnectionOptions options)
+    : resources_(std::move(resources)), options_(std::move(options)) {
+  RDMAKIT_REQUIRE(resources_->for_rdma_cm,
+                  "CmConnector needs Resources opened with for_rdma_cm = true");
+}
+
+Connection CmConnector::connect(const std::string& host, uint16_t port, std::error_code& ec) {
+  std::string why;
+  Connection result = [&]() -> Connection {
+    const Deadline deadline = std::chrono::steady_clock::now() + options_.timeout;
+    const int timeout_ms = static_cast<int>(options_.timeout.count());
+    IdGuard guard{nullptr, rdma_create_event_channel()};
+    if (!guard.channel || rdma_create_id(guard.channel, &guard.id, nullptr, RDMA_PS_TCP) != 0) {
+      ec = verbs_error(errno);
+      why = "rdma_create_id: " + ec.message();
+      return {};
+    }
+    addrinfo hints{};
+    hints.ai_family = AF_INET;
+    addrinfo* found = nullptr;
+    if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) {
+      ec = verbs_error(EHOSTUNREACH);
+      why = "cannot resolve " + host;
+      return {};
+    }
+    const int rc = rdma_resolve_addr(guard.id, nullptr, found->ai_addr, timeout_ms);
+    freeaddrinfo(found);
+    // Each step: start it, then expect its event.
+    auto expect = [&](rdma_cm_event_type wanted, const char* step) -> rdma_cm_event* {
+      rdma_cm_event* event = next_event(guard.channel, deadline, ec);
+      if (!event) {
+        why = std::string(step) + ": " + ec.message();
+        return nullptr;
+      }
+      if (event->event == wanted) return event;
+      if (event->event == RDMA_CM_EVENT_REJECTED) {
+        ec = reject_reason(private_data(event), why);
+      } else {
+        ec = make_error_code(event->event == RDMA_CM_EVENT_UNREACHABLE ? Errc::peer_closed
+                                                                       : Errc::rejected);
+        why = std::string(step) + ": " + describe_event(event->event, event->status);
+      }
+      rdma_ack_cm_event(event);
+      return nullptr;
+    };
+    if (rc != 0) {
+      ec = verbs_error(errno);
+      why = "rdma_resolve_addr: " + ec.message();
+      return {};
+    }
+    rdma_cm_event* event = expect(RDMA_CM_EVENT_ADDR_RESOLVED, "resolving the address");
+    if (!event) return {};
+    rdma_ack_cm_event(event);
+    if (rdma_resolve_route(guard.id, timeout_ms) != 0) {
+      ec = verbs_error(errno);
+      why = "rdma_resolve_route: " + ec.message();
+      return {};
+    }
+    if (!(event = expect(RDMA_CM_EVENT_ROUTE_RESOLVED, "resolving the route"))) return {};
+    rdma_ack_cm_event(event);
+    QueuePair qp = detail::builder_for(*resources_, options_).build(guard.id);
+    HandshakeOffer ours = detail::make_offer(*resources_, qp, options_);
+    ours.address.gid = gid_of(rdma_get_local_addr(guard.id)).gid;
+    const std::vector<std::byte> data = encode(ours, OfferForm::compact);
+    RDMAKIT_REQUIRE(options_.user_data.size() <= kCmConnectUserData,
+                    "CmConnector user data above the RDMA CM limit (kCmConnectUserData)");
+    rdma_conn_param param = conn_param(data, qp);
+    if (rdma_connect(guard.id, &param) != 0) {
+      ec = verbs_error(errno);
+      why = "rdma_connect: " + ec.message();
+      return {};
+    }
+    if (!(event = expect(RDMA_CM_EVENT_ESTABLISHED, "connecting"))) return {};
+    HandshakeOffer theirs;
+    ec = decode(private_data(event), OfferForm::compact, theirs);
+    rdma_ack_cm_event(event);
+    theirs.address.gid = gid_of(rdma_get_peer_addr(guard.id)).gid;
+    if (ec) {
+      why = "the server's reply is not an rdmakit handshake";
+      return {};
+    }
+    detail::CmQueuePairs::mark_ready(qp);
+    const Negotiated negotiated = negotiate(ours, theirs);
+    rdma_cm_id* id = std::exchange(guard.id, nullptr);
+    rdma_event_channel* channel = std::exchange(guard.channel, nullptr);
+    return Connection(resources_, std::move(qp), std::move(theirs), negotiated,
+                      "rdma_cm " + host + ":" + std::to_string(port), id, channel);
+  }();
+  std::lock_guard lock(mutex_);
+  explanation_ = why;
+  return result;
+}
+
+Connection CmConnector::connect(const std::string& host, uint16_t port) {
+  std::error_code ec;
+  Connection c = connect(host, port, ec);
+  if (ec)
+    throw_error(
+        ec, "CmConnector::connect to " + host + ":" + std::to_string(port) + ": " + explanation());
+  return c;
+}
+
+std::string CmConnector::explanation() const {
+  std::lock_guard lock(mutex_);
+  return explanation_;
+}
+
+}  // namespace rdmakit
