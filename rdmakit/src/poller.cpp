@@ -107,6 +107,25 @@ void Poller::wake() noexcept {
   [[maybe_unused]] ssize_t n = write(wake_fd_, &one, sizeof one);
 }
 
+bool Poller::poll_and_arm(int rounds) noexcept {
+  for (int i = 0; i < rounds; ++i)
+    if (poll() == 0) break;
+  (void)cq_.request_notify();
+  // A completion that arrived before arming does not fire the channel: look once more.
+  return poll() == 0;
+}
+
+void Poller::take_channel_event() noexcept {
+  RDMAKIT_REQUIRE(channel_ != nullptr, "Poller::take_channel_event without a completion channel");
+  std::error_code ec;
+  cq_.take_event(ec);  // EAGAIN when another waiter took it: nothing to acknowledge
+}
+
+void Poller::clear_wake() noexcept {
+  uint64_t count;
+  [[maybe_unused]] ssize_t n = read(wake_fd_, &count, sizeof count);
+}
+
 int Poller::wait(std::chrono::milliseconds timeout) noexcept {
   RDMAKIT_REQUIRE(channel_ != nullptr, "Poller::wait needs the CQ's completion channel");
   if (int n = poll()) return n;
@@ -116,15 +135,10 @@ int Poller::wait(std::chrono::milliseconds timeout) noexcept {
   // Deadlines are checked while asleep too.
   if (timed_ != 0) timeout = std::min(timeout, std::chrono::milliseconds(kSweepPeriod));
   pollfd fds[2] = {{channel_->fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+  std::error_code ignored;
   if (::poll(fds, 2, static_cast<int>(timeout.count())) > 0) {
-    if (fds[0].revents & POLLIN) {
-      std::error_code ec;
-      cq_.take_event(ec);
-    }
-    if (fds[1].revents & POLLIN) {
-      uint64_t count;
-      [[maybe_unused]] ssize_t n = read(wake_fd_, &count, sizeof count);
-    }
+    if (fds[0].revents & POLLIN) cq_.take_event(ignored);
+    if (fds[1].revents & POLLIN) clear_wake();
   }
   return poll();
 }

@@ -40,6 +40,19 @@ class Poller {
   // Makes a sleeping wait() return; callable from any thread.
   void wake() noexcept;
 
+  // For event loops (see rdmakit/asio.hpp): polls up to `rounds` times, then arms the CQ and
+  // polls once more for completions that raced with arming. Returns true when armed with
+  // nothing left (sleep until channel_fd() or wake_fd() is readable), false when completions
+  // keep coming (call again soon rather than sleeping).
+  bool poll_and_arm(int rounds = 64) noexcept;
+  // Acknowledges the event that made channel_fd() readable (non-blocking).
+  void take_channel_event() noexcept;
+  int wake_fd() const noexcept { return wake_fd_; }
+  void clear_wake() noexcept;
+  // Operations with a timeout or stop token are in flight: an event loop must call poll()
+  // about every millisecond so deadlines and cancellations are acted on.
+  bool has_deadlines() const noexcept { return timed_ != 0; }
+
   // Called (on the polling thread) when operations are queued while none were pending, so
   // an event loop that only polls when the channel fires can schedule a round.
   void on_pending(void (*hook)(void* context) noexcept, void* context) noexcept {
