@@ -4,11 +4,13 @@
 #include <linux/futex.h>
 #include <pthread.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <future>
 #include <system_error>
@@ -63,12 +65,20 @@ Arena& Arena::self() {
   return *g_arena;
 }
 
+size_t Arena::configured_size() {
+  const char* env = std::getenv("SOFTRDMA_ARENA_GIB");
+  const long gib = env ? std::atol(env) : 0;
+  return gib > 0 && static_cast<size_t>(gib) < (kDefaultSize >> 30) ? static_cast<size_t>(gib) << 30
+                                                                   : kDefaultSize;
+}
+
 Arena::Arena() {
+  const size_t size = configured_size();
   fd_ = static_cast<int>(syscall(SYS_memfd_create, "softrdma-arena", MFD_CLOEXEC));
   if (fd_ < 0) throw std::system_error(errno, std::generic_category(), "memfd_create");
-  if (ftruncate(fd_, static_cast<off_t>(kSize)) != 0)
+  if (ftruncate(fd_, static_cast<off_t>(size)) != 0)
     throw std::system_error(errno, std::generic_category(), "ftruncate arena");
-  void* p = mmap(nullptr, kSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
   if (p == MAP_FAILED) throw std::system_error(errno, std::generic_category(), "mmap arena");
   base_ = static_cast<char*>(p);
   auto* h = reinterpret_cast<ArenaHeader*>(base_);
@@ -78,7 +88,7 @@ Arena::Arena() {
   hold_life_lock(&h->life);
   h->magic = kArenaMagic;
   // Offset 0 is the header, so 0 can mean "no object".
-  free_.emplace(4096, kSize - 4096);
+  free_.emplace(4096, size - 4096);
 }
 
 uint64_t Arena::allocate(size_t bytes) {
@@ -133,13 +143,13 @@ void Arena::zero_range(uint64_t offset, size_t bytes) {
   std::memset(base_ + last, 0, offset + bytes - last);
 }
 
-PeerArena::PeerArena(ProcessId owner, char* base, bool owned_mapping)
-    : owner_(owner), base_(base), owned_mapping_(owned_mapping) {}
+PeerArena::PeerArena(ProcessId owner, char* base, size_t mapped_size)
+    : owner_(owner), base_(base), mapped_size_(mapped_size) {}
 
 PeerArena::~PeerArena() {
   for (auto& [remote, local] : imported_) close(local);
   if (pidfd_ >= 0) close(pidfd_);
-  if (owned_mapping_) munmap(base_, Arena::kSize);
+  if (mapped_size_) munmap(base_, mapped_size_);
 }
 
 bool PeerArena::owner_alive() const {
@@ -182,21 +192,25 @@ std::shared_ptr<PeerArena> map_peer_arena(const ProcessId& owner, int arena_fd) 
   }
   std::shared_ptr<PeerArena> peer;
   if (owner == self_process()) {
-    peer = std::make_shared<PeerArena>(owner, Arena::self().base(), false);
+    peer = std::make_shared<PeerArena>(owner, Arena::self().base(), 0);
   } else {
     char path[64];
     std::snprintf(path, sizeof path, "/proc/%d/fd/%d", owner.pid, arena_fd);
     int fd = open(path, O_RDWR | O_CLOEXEC);
     if (fd < 0) return nullptr;
-    void* p = mmap(nullptr, Arena::kSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    struct stat st {};
+    const size_t size = fstat(fd, &st) == 0 ? static_cast<size_t>(st.st_size) : 0;
+    void* p = size >= sizeof(ArenaHeader)
+                  ? mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                  : MAP_FAILED;
     close(fd);
     if (p == MAP_FAILED) return nullptr;
     auto* h = static_cast<ArenaHeader*>(p);
     if (h->magic != kArenaMagic || h->pid != owner.pid || h->start_time != owner.start_time) {
-      munmap(p, Arena::kSize);
+      munmap(p, size);
       return nullptr;
     }
-    peer = std::make_shared<PeerArena>(owner, static_cast<char*>(p), true);
+    peer = std::make_shared<PeerArena>(owner, static_cast<char*>(p), size);
   }
   peers.emplace(key, peer);
   return peer;

@@ -29,8 +29,10 @@ struct ArenaHeader {
 class Arena {
  public:
   // Virtual size; tmpfs backs only the pages touched. CQ rings reserve their largest size so
-  // that ibv_resize_cq never moves them.
-  static constexpr size_t kSize = size_t{64} << 30;
+  // that ibv_resize_cq never moves them. SOFTRDMA_ARENA_GIB lowers it for tools that cannot
+  // reserve that much address space (valgrind); peers learn it from the memfd's size.
+  static constexpr size_t kDefaultSize = size_t{64} << 30;
+  static size_t configured_size();
   static constexpr size_t kAlign = 64;
 
   /// This process's arena, created on first use (and anew in a forked child).
@@ -63,13 +65,14 @@ class Arena {
 /// Another process's arena, mapped into this one, plus fds imported from that process.
 class PeerArena {
  public:
-  PeerArena(ProcessId owner, char* base, bool owned_mapping);
+  // `mapped_size`: bytes of the owner's arena mapped at `base` (0 for our own arena).
+  PeerArena(ProcessId owner, char* base, size_t mapped_size);
   ~PeerArena();
   PeerArena(const PeerArena&) = delete;
   PeerArena& operator=(const PeerArena&) = delete;
 
   const ProcessId& owner() const { return owner_; }
-  bool is_self() const { return !owned_mapping_; }
+  bool is_self() const { return mapped_size_ == 0; }
   /// False once the owner process has died (no system call).
   bool owner_alive() const;
   template <typename T>
@@ -82,7 +85,7 @@ class PeerArena {
  private:
   ProcessId owner_;
   char* base_;
-  bool owned_mapping_;
+  size_t mapped_size_;
   int pidfd_ = -1;
   std::mutex mutex_;
   std::map<int, int> imported_;  // owner's fd -> our duplicate
