@@ -72,8 +72,11 @@ AsyncQueuePair::~AsyncQueuePair() {
 
 void AsyncQueuePair::init(SendOperation& op) noexcept {
   op.on_completion = &send_completed;
+  op.wr.next = nullptr;
   op.wr.sg_list = &op.sge;
   op.wr.num_sge = 1;
+  op.wr.send_flags = 0;
+  op.wr.imm_data = 0;
 }
 
 void AsyncQueuePair::init(RecvOperation& op) noexcept {

@@ -61,8 +61,10 @@ struct Operation {
 
 // Work-request side of a send-queue operation.
 struct SendOperation : Operation {
-  ibv_send_wr wr{};
-  ibv_sge sge{};
+  // Filled field by field when the operation is built: zeroing the whole work request
+  // first would cost more than the rest of the operation's set-up.
+  ibv_send_wr wr;
+  ibv_sge sge;
 };
 
 // Work-request side of a receive.
