@@ -46,12 +46,16 @@ TEST(Asio, CoroutinesRunFromAnIoContext) {
   std::memcpy(p.memory.data(), "ping", 4);
   Received got;
   std::error_code wrote, read, sent;
-  auto receiver = [&]() -> Task<void> { got = co_await qb.recv(p.mr.local().subspan(1024, 64)); };
+  int finished = 0;  // the io_context stops when both coroutines are done
+  auto receiver = [&]() -> Task<void> {
+    got = co_await qb.recv(p.mr.local().subspan(1024, 64));
+    if (++finished == 2) io.stop();
+  };
   auto sender = [&]() -> Task<void> {
     wrote = co_await qa.write(p.mr.local().first(4), p.mr.remote().subspan(4096, 4));
     read = co_await qa.read(p.mr.local().subspan(8192, 4), p.mr.remote().subspan(4096, 4));
     sent = co_await qa.send(p.mr.local().first(4));
-    io.stop();
+    if (++finished == 2) io.stop();
   };
   spawn(receiver());
   spawn(sender());

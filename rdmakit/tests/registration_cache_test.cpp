@@ -242,22 +242,21 @@ TEST(RegistrationCache, WorksWithHugepages) {
 TEST(RegistrationCache, FailureToRegisterIsReported) {
   testing::LoopbackPair pair;
   RegistrationCache cache(pair.pd, size_t{1} << 20);
-  Pages pages(1);
-  ASSERT_TRUE(pages.ok());
-  void* gone = pages.data;
-  munmap(gone, kPage);
-  pages.data = static_cast<std::byte*>(MAP_FAILED);
+  // Memory that cannot be accessed (and, being reserved, cannot be reused meanwhile).
+  void* reserved = mmap(nullptr, kPage, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(reserved, MAP_FAILED);
   try {
-    cache.acquire(gone, 100, Access::local_write);
-    FAIL() << "registered unmapped memory";
+    cache.acquire(reserved, 100, Access::local_write);
+    FAIL() << "registered inaccessible memory";
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("RegistrationCache::acquire of"));
     EXPECT_EQ(e.code().category(), verbs_category());
   }
   std::error_code ec;
-  EXPECT_FALSE(cache.acquire(gone, 100, Access::local_write, ec));
+  EXPECT_FALSE(cache.acquire(reserved, 100, Access::local_write, ec));
   EXPECT_TRUE(ec);
   EXPECT_EQ(cache.stats().registrations, 0u);
+  munmap(reserved, kPage);
 }
 
 TEST(RegistrationCache, ThreadsShareTheCache) {
