@@ -62,6 +62,26 @@ TEST_F(MrTest, UnmappedMemoryIsEfault) {
   EXPECT_EQ(errno, EFAULT);
 }
 
+TEST_F(MrTest, MemoryWithoutTheNeededRightsIsEfault) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  void* none = mmap(nullptr, page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void* read_only = mmap(nullptr, page, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(none, MAP_FAILED);
+  ASSERT_NE(read_only, MAP_FAILED);
+  errno = 0;
+  EXPECT_EQ(ibv_reg_mr(pd(), none, page, 0), nullptr);
+  EXPECT_EQ(errno, EFAULT);
+  errno = 0;
+  EXPECT_EQ(ibv_reg_mr(pd(), read_only, page, IBV_ACCESS_LOCAL_WRITE), nullptr);
+  EXPECT_EQ(errno, EFAULT);
+  // Read-only memory may still be sent from or read remotely.
+  ibv_mr* mr = ibv_reg_mr(pd(), read_only, page, IBV_ACCESS_REMOTE_READ);
+  ASSERT_NE(mr, nullptr) << strerror(errno);
+  EXPECT_EQ(ibv_dereg_mr(mr), 0);
+  munmap(none, page);
+  munmap(read_only, page);
+}
+
 TEST_F(MrTest, DeallocPdWithRegionIsEbusy) {
   PdPtr pd2(ibv_alloc_pd(ctx()));
   ASSERT_NE(pd2, nullptr);

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "common/export.hpp"
+#include "common/mapping_check.hpp"
 #include "engine/registry.hpp"
 #include "engine/shared_pages.hpp"
 #include "verbs/device_limits.hpp"
@@ -32,12 +33,13 @@ int check_registration(const void* addr, size_t length, uint32_t access) {
       !(access & IBV_ACCESS_LOCAL_WRITE))
     return EINVAL;
   if (length == 0 || length > limits::kMaxMrSize || !addr) return EINVAL;
-  // Like pinning on a NIC, registration fails for memory that is not mapped.
-  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  const uintptr_t start = reinterpret_cast<uintptr_t>(addr) & ~(page - 1);
-  const uintptr_t end = reinterpret_cast<uintptr_t>(addr) + length;
-  if (end < start || msync(reinterpret_cast<void*>(start), end - start, MS_ASYNC) != 0)
-    return EFAULT;
+  // Like pinning on a NIC, registration fails for memory that is not mapped with the
+  // rights the access asks for (writable when the device may write into it).
+  const uintptr_t start = reinterpret_cast<uintptr_t>(addr);
+  const uintptr_t end = start + length;
+  const bool device_writes =
+      access & (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC);
+  if (end < start || !mapped_with_access(start, end, device_writes)) return EFAULT;
   return 0;
 }
 
