@@ -6,6 +6,7 @@
 // bounded by alarm(); the parent reaps every child it forks.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -274,6 +275,61 @@ TEST_F(MultiProcessTest, OneSidedOperationsOnAPeerThatNeverPolls) {
   // The child checks its memory itself.
   ASSERT_TRUE(link_.send(uint8_t{0x7e}));
   EXPECT_TRUE(exited_with(child.Wait(), 0));
+}
+
+// Registering memory that replaced an unmapped, deregistered range (same address): the
+// peer must see the new memory, not the pages the old registration had shared.
+TEST_F(MultiProcessTest, ReregisteringRemappedMemoryExposesTheNewPages) {
+  constexpr size_t kSize = 4096;
+  Child child(link_, [this] {
+    ChildVerbs v;
+    if (!open_child_verbs(v, kSize, 0xc1)) return child_fail(2, "open");
+    void* p = mmap(nullptr, kSize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return child_fail(3, "mmap");
+    std::memset(p, 0xa1, kSize);
+    ibv_mr* old_mr = ibv_reg_mr(v.pd, p, kSize, kRemoteAccess);
+    if (!old_mr || ibv_dereg_mr(old_mr) != 0 || munmap(p, kSize) != 0) return child_fail(4, "old");
+    if (mmap(p, kSize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != p)
+      return child_fail(5, "remap");
+    std::memset(p, 0xb2, kSize);
+    ibv_mr* mr = ibv_reg_mr(v.pd, p, kSize, kRemoteAccess);
+    if (!mr) return child_fail(6, "new registration");
+    const Endpoint mine{v.qp->qp_num, mr->rkey, reinterpret_cast<uintptr_t>(p), kSize};
+    Endpoint parent;
+    uint8_t ready = 0;
+    if (!link_.send(mine) || !link_.receive(&parent) ||
+        rc_connect(v.qp, parent.qpn, v.gid, RcParams{}) != 0 || !link_.send(kReady) ||
+        !link_.receive(&ready))
+      return child_fail(7, "connect");
+    uint8_t done = 0;
+    return link_.receive(&done, Millis{8000}) ? 0 : child_fail(8, "no verdict request");
+  });
+  ASSERT_TRUE(child.started());
+  Endpoint peer;
+  ASSERT_NO_FATAL_FAILURE(ConnectToChild(nullptr, RcParams{}, &peer));
+  Buffer local = NewBuffer(kSize, kRemoteAccess, 0);
+  ASSERT_EQ(
+      post_send(qp_, rdma_wr(1, IBV_WR_RDMA_READ, peer.addr, peer.rkey), {local.sge(0, kSize)}), 0);
+  EXPECT_TRUE(completed(poll_one(cq_), 1));
+  EXPECT_TRUE(local.all(0xb2)) << "read the old, unmapped pages";
+  ASSERT_TRUE(link_.send(uint8_t{1}));
+  EXPECT_TRUE(exited_with(child.Wait(), 0));
+}
+
+// Deregistered memory is ordinary memory again: a child forked afterwards gets a private
+// copy, so neither process sees the other's writes.
+TEST_F(MultiProcessTest, MemoryDeregisteredBeforeForkIsCopiedNotShared) {
+  constexpr size_t kSize = 8192;
+  Buffer buffer = NewBuffer(kSize, kRemoteAccess, 0x11);
+  buffer.mr.reset();  // deregistered
+  Child child(link_, [&buffer] {
+    if (!buffer.all(0x11)) return child_fail(2, "inherited contents");
+    buffer.fill(0x22);  // must not reach the parent
+    return 0;
+  });
+  ASSERT_TRUE(child.started());
+  EXPECT_TRUE(exited_with(child.Wait(), 0));
+  EXPECT_TRUE(buffer.all(0x11)) << "the child's write reached the parent's memory";
 }
 
 // Megabytes through several scatter/gather entries of odd sizes, both ways.

@@ -1,6 +1,7 @@
 #include "engine/shared_pages.hpp"
 
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #include <cerrno>
@@ -27,10 +28,32 @@ uintptr_t page_size() {
 struct MovedRange {
   size_t length;
   int fd;
+  int registrations;
 };
 // The maps below are never destroyed: helper threads may still use them while exit() runs.
 std::mutex g_moved_mutex;
 auto& g_moved = *new std::map<uintptr_t, MovedRange>();
+
+// True while all of [start, start + length) is still mapped from `fd` (the user may have
+// unmapped it while it was registered).
+bool still_mapped_from(uintptr_t start, size_t length, int fd) {
+  struct stat st {};
+  if (fstat(fd, &st) != 0) return false;
+  std::FILE* maps = std::fopen("/proc/self/maps", "re");
+  if (!maps) return false;
+  uintptr_t covered = start;
+  const uintptr_t end = start + length;
+  char line[512];
+  while (covered < end && std::fgets(line, sizeof line, maps)) {
+    unsigned long lo = 0, hi = 0, inode = 0;
+    if (std::sscanf(line, "%lx-%lx %*s %*s %*s %lu", &lo, &hi, &inode) != 3) continue;
+    if (hi <= covered) continue;
+    if (lo > covered || inode != st.st_ino) break;
+    covered = hi;
+  }
+  std::fclose(maps);
+  return covered >= end;
+}
 
 // Protection of [start, end) if it is private anonymous memory (heap or anonymous mmap) in
 // one or more consecutive mappings, else -1.
@@ -69,8 +92,10 @@ std::optional<SharedPages> share_pages(void* addr, size_t length) {
   auto it = g_moved.upper_bound(start);
   if (it != g_moved.begin()) {
     --it;
-    if (start >= it->first && start + length <= it->first + it->second.length)
+    if (start >= it->first && start + length <= it->first + it->second.length) {
+      ++it->second.registrations;
       return SharedPages{it->second.fd, start - it->first};
+    }
     if (start < it->first + it->second.length) return std::nullopt;  // partial overlap
   }
   if (auto next = g_moved.lower_bound(start); next != g_moved.end() && next->first < start + length)
@@ -95,8 +120,35 @@ std::optional<SharedPages> share_pages(void* addr, size_t length) {
     close(fd);
     return std::nullopt;
   }
-  g_moved.emplace(start, MovedRange{length, fd});
+  g_moved.emplace(start, MovedRange{length, fd, 1});
   return SharedPages{fd, 0};
+}
+
+void unshare_pages(void* addr, size_t length) {
+  const auto start = reinterpret_cast<uintptr_t>(addr);
+  std::lock_guard lock(g_moved_mutex);
+  auto it = g_moved.upper_bound(start);
+  if (it == g_moved.begin()) return;
+  --it;
+  MovedRange& range = it->second;
+  if (start + length > it->first + range.length || --range.registrations > 0) return;
+  // Unless the user unmapped it meanwhile, put a private copy where the shared pages are;
+  // mremap swaps the mappings in one step, so the contents never vanish.
+  const uintptr_t base = it->first;
+  if (still_mapped_from(base, range.length, range.fd)) {
+    void* copy =
+        mmap(nullptr, range.length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (copy != MAP_FAILED) {
+      std::memcpy(copy, reinterpret_cast<void*>(base), range.length);
+      if (mremap(copy, range.length, range.length, MREMAP_MAYMOVE | MREMAP_FIXED,
+                 reinterpret_cast<void*>(base)) == MAP_FAILED) {
+        SOFTRDMA_DEBUG_LOG("cannot make deregistered pages private: %s", std::strerror(errno));
+        munmap(copy, range.length);
+      }
+    }
+  }
+  close(range.fd);
+  g_moved.erase(it);
 }
 
 namespace {

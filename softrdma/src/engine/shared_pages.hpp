@@ -5,7 +5,11 @@
 // would. Memory that cannot be moved (not page-aligned, file-backed, already shared)
 // stays as it is and is reached with process_vm_readv/writev.
 //
-// After fork() a child shares these pages with its parent instead of copying them.
+// When the last registration of a range goes, its pages move back to private anonymous
+// memory (contents and address unchanged): memory that is no longer registered behaves as
+// any other again (a later fork() copies it; a later mapping at the same address is new
+// memory). While registered, a fork()ed child shares the pages with its parent instead of
+// copying them (as with ibv_fork_init on a NIC, registered memory is not the child's).
 #pragma once
 
 #include <cstddef>
@@ -23,6 +27,9 @@ struct SharedPages {
 
 /// Makes [addr, addr+length) mappable by peers, if it can be done safely.
 std::optional<SharedPages> share_pages(void* addr, size_t length);
+
+/// Ends one registration's use of pages share_pages() moved (same addr and length).
+void unshare_pages(void* addr, size_t length);
 
 /// The memfd `fd` of `owner`, mapped into this process (cached for the process's life), or
 /// nullptr. `bytes` covers offset + length of the region being accessed.

@@ -59,10 +59,12 @@ ibv_mr* register_region(ibv_pd* pd, void* addr, size_t length, uint64_t iova, in
       to_pd(pd)->id, acc, iova, length, reinterpret_cast<uint64_t>(addr), pages ? pages->fd : -1,
       pages ? pages->offset : 0);
   if (!key) {
+    if (pages) unshare_pages(addr, length);
     delete mr;
     errno = ENOMEM;
     return nullptr;
   }
+  mr->moved_pages = pages.has_value();
   mr->mr.context = pd->context;
   mr->mr.pd = pd;
   mr->mr.addr = addr;
@@ -96,6 +98,7 @@ SOFTRDMA_EXPORT int ibv_dereg_mr(ibv_mr* mr) {
   Mr* m = to_mr(mr);
   // Returns only once no peer is inside the region any more.
   Registry::instance().release_mr(mr->lkey);
+  if (m->moved_pages) unshare_pages(mr->addr, mr->length);
   m->owner_pd->users.fetch_sub(1);
   delete m;
   return 0;
@@ -133,10 +136,13 @@ SOFTRDMA_EXPORT int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, 
       reg.claim_mr(new_pd->id, new_access, new_iova, new_len, reinterpret_cast<uint64_t>(new_addr),
                    pages ? pages->fd : -1, pages ? pages->offset : 0);
   if (!key) {
+    if (pages) unshare_pages(new_addr, new_len);
     errno = ENOMEM;
     return IBV_REREG_MR_ERR_DONT_FORK_NEW;
   }
   reg.release_mr(mr->lkey);
+  if (m->moved_pages) unshare_pages(mr->addr, mr->length);
+  m->moved_pages = pages.has_value();
   if (new_pd != m->owner_pd) {
     m->owner_pd->users.fetch_sub(1);
     new_pd->users.fetch_add(1);

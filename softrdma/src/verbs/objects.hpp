@@ -52,6 +52,7 @@ struct Mr {
   uint64_t iova;  // the address peers use for mr.addr
   uint32_t access;
   Pd* owner_pd;
+  bool moved_pages = false;  // share_pages() moved its range: unshare when it goes
 };
 
 struct Channel;
