@@ -19,24 +19,6 @@ void Operation::request_cancel() noexcept {
   qp->poller_.wake();
 }
 
-void AsyncQueuePair::List::push(Operation* op) noexcept {
-  op->next = nullptr;
-  if (tail)
-    tail->next = op;
-  else
-    head = op;
-  tail = op;
-}
-
-Operation* AsyncQueuePair::List::pop() noexcept {
-  Operation* op = head;
-  if (op) {
-    head = op->next;
-    if (!head) tail = nullptr;
-  }
-  return op;
-}
-
 bool AsyncQueuePair::List::remove(Operation* op) noexcept {
   Operation* prev = nullptr;
   for (Operation* cur = head; cur; prev = cur, cur = cur->next) {

@@ -101,11 +101,20 @@ class AsyncQueuePair {
  private:
   friend class Poller;
   friend struct detail::Operation;
+  // Intrusive FIFO through Operation::next (inline: it is on every operation's path).
   struct List {
     detail::Operation* head = nullptr;
     detail::Operation* tail = nullptr;
-    void push(detail::Operation* op) noexcept;
-    detail::Operation* pop() noexcept;
+    void push(detail::Operation* op) noexcept {
+      op->next = nullptr;
+      (tail ? tail->next : head) = op;
+      tail = op;
+    }
+    detail::Operation* pop() noexcept {
+      detail::Operation* op = head;
+      if (op && !(head = op->next)) tail = nullptr;
+      return op;
+    }
     bool remove(detail::Operation* op) noexcept;
   };
 
