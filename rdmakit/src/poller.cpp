@@ -53,12 +53,16 @@ void Poller::mark_dirty(AsyncQueuePair* qp) noexcept {
 }
 
 void Poller::flush() noexcept {
+  // Receives first, on every QP: a send queued in the same round may be answered at once
+  // (on UD a datagram without a posted receive is dropped).
+  for (AsyncQueuePair* qp = dirty_head_; qp; qp = qp->next_dirty_)
+    if (qp->pending_recvs_.head) qp->flush_recvs();
   AsyncQueuePair* qp = std::exchange(dirty_head_, nullptr);
   AsyncQueuePair* still_pending = nullptr;
   while (qp) {
     AsyncQueuePair* next = qp->next_dirty_;
     qp->flush();
-    // A full send queue keeps the rest pending until completions make room.
+    // A full queue keeps the rest pending until completions make room.
     if (qp->pending_sends_.head || qp->pending_recvs_.head) {
       qp->next_dirty_ = still_pending;
       still_pending = qp;
