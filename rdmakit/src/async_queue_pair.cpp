@@ -167,7 +167,10 @@ void AsyncQueuePair::submit(Operation* op) noexcept {
   if (op->timeout.count() > 0 || op->stop.stop_possible()) {
     ++timed_;
     ++poller_.timed_;
-    if (op->timeout.count() > 0) op->deadline = Operation::Steady::now() + op->timeout;
+    if (op->timeout.count() > 0) {
+      ++poller_.deadlines_;
+      op->deadline = Operation::Steady::now() + op->timeout;
+    }
     // May run request_cancel at once if the stop was already requested.
     if (op->stop.stop_possible()) op->stop_callback.emplace(op->stop, Operation::OnStop{op});
   }
@@ -257,6 +260,7 @@ void AsyncQueuePair::finish(Operation* op, std::error_code result) noexcept {
   if (op->timeout.count() > 0 || op->stop.stop_possible()) {
     --timed_;
     --poller_.timed_;
+    if (op->timeout.count() > 0) --poller_.deadlines_;
     op->stop_callback.reset();  // waits for a callback running on another thread
   }
   --in_flight_;

@@ -112,6 +112,7 @@ struct IdGuard {
 struct CmAcceptor::Request {
   rdma_cm_id* id = nullptr;
   std::vector<std::byte> data;
+  uint32_t qpn = 0;  // the client's QP, as the CM reports it
 };
 
 CmAcceptor::CmAcceptor(std::shared_ptr<Resources> resources, const std::string& address,
@@ -170,6 +171,7 @@ bool CmAcceptor::next_request(Request& request, Deadline deadline, std::error_co
   }
   request.id = event->id;
   request.data = private_data(event);
+  request.qpn = event->param.conn.qp_num;
   rdma_ack_cm_event(event);
   return true;
 }
@@ -189,6 +191,7 @@ Connection CmAcceptor::accept_for(std::chrono::milliseconds wait, std::error_cod
   HandshakeOffer theirs;
   ec = decode(request.data, OfferForm::compact, theirs);
   theirs.address.gid = gid_of(rdma_get_peer_addr(request.id)).gid;
+  theirs.address.qpn = request.qpn;
   QueuePair qp = detail::builder_for(*resources_, options_).build(request.id);
   HandshakeOffer ours = detail::make_offer(*resources_, qp, options_);
   ours.address.gid = gid_of(rdma_get_local_addr(request.id)).gid;
@@ -347,6 +350,7 @@ Connection CmConnector::connect(const std::string& host, uint16_t port, std::err
     if (!(event = expect(RDMA_CM_EVENT_ESTABLISHED, "connecting"))) return {};
     HandshakeOffer theirs;
     ec = decode(private_data(event), OfferForm::compact, theirs);
+    theirs.address.qpn = event->param.conn.qp_num;
     rdma_ack_cm_event(event);
     theirs.address.gid = gid_of(rdma_get_peer_addr(guard.id)).gid;
     if (ec) {

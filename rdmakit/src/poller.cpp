@@ -13,6 +13,9 @@ using detail::Operation;
 namespace {
 // How often pending deadlines are checked while operations with a timeout are in flight.
 constexpr auto kSweepPeriod = std::chrono::milliseconds(1);
+// Busy-polling rounds between two clock reads while deadlines are pending.
+constexpr uint32_t kRoundsPerClockRead = 32;
+static_assert((kRoundsPerClockRead & (kRoundsPerClockRead - 1)) == 0, "a power of two");
 }  // namespace
 
 Poller::Poller(const CompletionQueue& cq, const CompletionChannel* channel)
@@ -82,7 +85,7 @@ void Poller::flush() noexcept {
 
 int Poller::poll() noexcept {
   // Sweeping first finishes cancelled operations that were never posted without posting them.
-  if (timed_ != 0) sweep();
+  if (timed_ != 0) sweep(false);
   if (dirty_head_) flush();
   const int n = ibv_poll_cq(raw_cq_, kBatch, completions_.data());
   for (int i = 0; i < n; ++i) {
@@ -93,8 +96,12 @@ int Poller::poll() noexcept {
   return std::max(n, 0);
 }
 
-void Poller::sweep() noexcept {
-  const bool cancel = attention_.exchange(false, std::memory_order_acq_rel);
+void Poller::sweep(bool read_clock) noexcept {
+  const bool cancel = attention_.load(std::memory_order_relaxed) &&
+                      attention_.exchange(false, std::memory_order_acq_rel);
+  // Stop tokens raise attention_; only deadlines need the clock, read every few busy rounds.
+  read_clock = read_clock || (++rounds_since_clock_ & (kRoundsPerClockRead - 1)) == 0;
+  if (!cancel && (deadlines_ == 0 || !read_clock)) return;
   const auto now = Operation::Steady::now();
   if (!cancel && now < next_sweep_) return;
   next_sweep_ = now + kSweepPeriod;
@@ -137,13 +144,14 @@ int Poller::wait(std::chrono::milliseconds timeout) noexcept {
   // A completion that arrived before arming does not fire the channel: look once more.
   if (int n = poll()) return n;
   // Deadlines are checked while asleep too.
-  if (timed_ != 0) timeout = std::min(timeout, std::chrono::milliseconds(kSweepPeriod));
+  if (deadlines_ != 0) timeout = std::min(timeout, std::chrono::milliseconds(kSweepPeriod));
   pollfd fds[2] = {{channel_->fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}};
   std::error_code ignored;
   if (::poll(fds, 2, static_cast<int>(timeout.count())) > 0) {
     if (fds[0].revents & POLLIN) cq_.take_event(ignored);
     if (fds[1].revents & POLLIN) clear_wake();
   }
+  if (timed_ != 0) sweep(true);  // after sleeping, deadlines may have passed
   return poll();
 }
 

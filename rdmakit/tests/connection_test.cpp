@@ -72,6 +72,8 @@ TYPED_TEST(Connections, HandshakeCarriesUserDataBothWaysAndNegotiates) {
   EXPECT_EQ(server.negotiated().path.initiator_depth, 4);
   EXPECT_EQ(client.negotiated().path.mtu, server.negotiated().path.mtu);
   EXPECT_EQ(client.qp().state(), IBV_QPS_RTS);
+  EXPECT_EQ(client.peer().address.qpn, server.qp().qpn());
+  EXPECT_EQ(server.peer().address.qpn, client.qp().qpn());
   EXPECT_THAT(client.summary(), HasSubstr(TypeParam::kCm ? "via rdma_cm" : "via tcp"));
 
   // The connection carries RDMA: the client writes into the server's memory.

@@ -76,7 +76,9 @@ class AsioPoller {
       timer_.expires_after(std::chrono::milliseconds(1));
       timer_.async_wait([this](std::error_code ec) {
         timer_waiting_ = false;
-        if (!ec) round();
+        if (ec) return;
+        poller_.check_deadlines();
+        round();
       });
     }
   }

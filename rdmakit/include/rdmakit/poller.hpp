@@ -49,9 +49,13 @@ class Poller {
   void take_channel_event() noexcept;
   int wake_fd() const noexcept { return wake_fd_; }
   void clear_wake() noexcept;
-  // Operations with a timeout or stop token are in flight: an event loop must call poll()
-  // about every millisecond so deadlines and cancellations are acted on.
-  bool has_deadlines() const noexcept { return timed_ != 0; }
+  // Operations with a timeout are in flight: an event loop must call poll() about every
+  // millisecond so their deadlines are acted on (cancellations wake wake_fd()).
+  bool has_deadlines() const noexcept { return deadlines_ != 0; }
+  // Acts on passed deadlines and cancellations now (event loops call it on their timer).
+  void check_deadlines() noexcept {
+    if (timed_ != 0) sweep(true);
+  }
 
   // Called (on the polling thread) when operations are queued while none were pending, so
   // an event loop that only polls when the channel fires can schedule a round.
@@ -71,7 +75,7 @@ class Poller {
   void mark_dirty(AsyncQueuePair* qp) noexcept;
   void attach(AsyncQueuePair* qp) noexcept;
   void detach(AsyncQueuePair* qp) noexcept;
-  void sweep() noexcept;
+  void sweep(bool read_clock) noexcept;
 
   const CompletionQueue& cq_;
   ibv_cq* raw_cq_;
@@ -80,7 +84,9 @@ class Poller {
   std::array<ibv_wc, kBatch> completions_{};
   AsyncQueuePair* dirty_head_ = nullptr;
   AsyncQueuePair* attached_ = nullptr;  // every QP, linked through next_attached_
-  uint32_t timed_ = 0;
+  uint32_t timed_ = 0;                  // operations with a timeout or a stop token
+  uint32_t deadlines_ = 0;              // operations with a timeout
+  uint32_t rounds_since_clock_ = 0;
   std::atomic<bool> attention_{false};  // a stop token fired somewhere
   detail::Operation::Steady::time_point next_sweep_{};
   void (*pending_hook_)(void*) noexcept = nullptr;
