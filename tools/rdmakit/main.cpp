@@ -1,0 +1,44 @@
+// rdmakit: command-line tools built on the rdmakit library.
+//   rdmakit perf <test> [server-host] [flags]   perftest's benchmarks
+//   rdmakit devices [--json]                    devices, ports, GIDs and the GID chosen
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <exception>
+
+#include "devices.hpp"
+#include "perf.hpp"
+#include "perf_options.hpp"
+
+int main(int argc, char** argv) {
+  using namespace rdmakit::tool;
+  CLI::App app{"rdmakit: tools built on the rdmakit library"};
+  app.require_subcommand(1);
+
+  PerfOptions perf_options;
+  CLI::App* perf = app.add_subcommand(
+      "perf",
+      "benchmark as perftest does: run without a host to be the server, then with the "
+      "server's host to measure");
+  add_perf_options(*perf, perf_options);
+
+  DevicesOptions devices_options;
+  CLI::App* devices = app.add_subcommand("devices", "list devices, ports, GIDs and the GID chosen");
+  add_devices_options(*devices, devices_options);
+
+  try {
+    app.parse(argc, argv);
+    if (*perf) finish_perf_options(perf_options);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+  try {
+    if (*perf) run_perf(perf_options);
+    if (*devices) run_devices(devices_options);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rdmakit %s: %s\n", *perf ? "perf" : "devices", e.what());
+    return 1;
+  }
+  return 0;
+}
