@@ -74,7 +74,8 @@ void run_raw(Setup& s, uint32_t depth, uint64_t ops, size_t size) {
     for (int i = 0; i < n; ++i) {
       if (wcs[static_cast<size_t>(i)].status != IBV_WC_SUCCESS) fail("completion failed");
       // Each signalled completion retires its run of requests.
-      const uint64_t covered = posted == ops && outstanding < signal_every ? outstanding : signal_every;
+      const uint64_t covered =
+          posted == ops && outstanding < signal_every ? outstanding : signal_every;
       outstanding -= static_cast<uint32_t>(covered);
       completed += covered;
     }
@@ -126,22 +127,32 @@ int main(int argc, char** argv) {
   size_t size = 8;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
-    if (flag == "--mode") mode = argv[i + 1];
-    else if (flag == "--depth") depth = static_cast<uint32_t>(std::atoi(argv[i + 1]));
-    else if (flag == "--ops") ops = std::strtoull(argv[i + 1], nullptr, 10);
-    else if (flag == "--size") size = std::strtoull(argv[i + 1], nullptr, 10);
-    else fail("usage: rdmakit_datapath --mode raw|poll|coroutine --depth N --ops N [--size B]");
+    if (flag == "--mode")
+      mode = argv[i + 1];
+    else if (flag == "--depth")
+      depth = static_cast<uint32_t>(std::atoi(argv[i + 1]));
+    else if (flag == "--ops")
+      ops = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (flag == "--size")
+      size = std::strtoull(argv[i + 1], nullptr, 10);
+    else
+      fail("usage: rdmakit_datapath --mode raw|poll|coroutine --depth N --ops N [--size B]");
   }
   if (depth == 0 || size == 0 || size > 4096) fail("--depth must be positive, --size 1..4096");
   Setup setup(depth);
   const auto start = Clock::now();
-  if (mode == "raw") run_raw(setup, depth, ops, size);
-  else if (mode == "poll") run_poll(setup, depth, ops, size);
-  else if (mode == "coroutine") run_coroutine(setup, depth, ops, size);
-  else fail("unknown --mode");
+  if (mode == "raw")
+    run_raw(setup, depth, ops, size);
+  else if (mode == "poll")
+    run_poll(setup, depth, ops, size);
+  else if (mode == "coroutine")
+    run_coroutine(setup, depth, ops, size);
+  else
+    fail("unknown --mode");
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  std::printf("{\"mode\":\"%s\",\"depth\":%u,\"size\":%zu,\"ops\":%llu,\"seconds\":%.6f,\"mops\":%.4f}\n",
-              mode.c_str(), depth, size, static_cast<unsigned long long>(ops), seconds,
-              static_cast<double>(ops) / seconds / 1e6);
+  std::printf(
+      "{\"mode\":\"%s\",\"depth\":%u,\"size\":%zu,\"ops\":%llu,\"seconds\":%.6f,\"mops\":%.4f}\n",
+      mode.c_str(), depth, size, static_cast<unsigned long long>(ops), seconds,
+      static_cast<double>(ops) / seconds / 1e6);
   return 0;
 }

@@ -177,14 +177,21 @@ bool CmAcceptor::next_request(Request& request, Deadline deadline, std::error_co
 }
 
 Connection CmAcceptor::accept_for(std::chrono::milliseconds wait, std::error_code& ec) {
-  std::lock_guard lock(mutex_);
-  explanation_.clear();
+  std::lock_guard lock(accept_mutex_);
+  std::string why;
+  Connection result = serve_request(wait, ec, why);
+  remember(std::move(why));
+  return result;
+}
+
+Connection CmAcceptor::serve_request(std::chrono::milliseconds wait, std::error_code& ec,
+                                     std::string& why) {
   const Deadline wait_until = wait == std::chrono::milliseconds::max()
                                   ? Deadline::max()
                                   : std::chrono::steady_clock::now() + wait;
   Request request;
   if (!next_request(request, wait_until, ec)) {
-    explanation_ = "waiting for a connection request: " + ec.message();
+    why = "waiting for a connection request: " + ec.message();
     return {};
   }
   IdGuard guard{request.id, nullptr};
@@ -196,13 +203,13 @@ Connection CmAcceptor::accept_for(std::chrono::milliseconds wait, std::error_cod
   HandshakeOffer ours = detail::make_offer(*resources_, qp, options_);
   ours.address.gid = gid_of(rdma_get_local_addr(request.id)).gid;
   if (ec == Errc::handshake_version)
-    check_compatible(ours, theirs, explanation_);
+    check_compatible(ours, theirs, why);
   else if (ec)
-    explanation_ = "the connection request is not an rdmakit handshake";
+    why = "the connection request is not an rdmakit handshake";
   else
-    ec = check_compatible(ours, theirs, explanation_);
+    ec = check_compatible(ours, theirs, why);
   if (ec) {
-    const std::vector<std::byte> data = reject_data(ec, explanation_);
+    const std::vector<std::byte> data = reject_data(ec, why);
     qp = QueuePair();
     rdma_reject(request.id, data.data(), static_cast<uint8_t>(data.size()));
     return {};
@@ -213,7 +220,7 @@ Connection CmAcceptor::accept_for(std::chrono::milliseconds wait, std::error_cod
   rdma_conn_param param = conn_param(data, qp);
   if (rdma_accept(request.id, &param) != 0) {
     ec = verbs_error(errno);
-    explanation_ = "rdma_accept: " + ec.message();
+    why = "rdma_accept: " + ec.message();
     qp = QueuePair();
     return {};
   }
@@ -221,7 +228,7 @@ Connection CmAcceptor::accept_for(std::chrono::milliseconds wait, std::error_cod
   for (;;) {
     rdma_cm_event* event = next_event(channel_, deadline, ec);
     if (!event) {
-      explanation_ = "waiting for the connection to be established: " + ec.message();
+      why = "waiting for the connection to be established: " + ec.message();
       qp = QueuePair();
       return {};
     }
@@ -236,8 +243,8 @@ Connection CmAcceptor::accept_for(std::chrono::milliseconds wait, std::error_cod
     if (!ours_event) continue;
     if (type == RDMA_CM_EVENT_ESTABLISHED) break;
     ec = make_error_code(Errc::peer_closed);
-    explanation_ = "the client went away before the connection was established: " +
-                   describe_event(type, status);
+    why = "the client went away before the connection was established: " +
+          describe_event(type, status);
     qp = QueuePair();
     return {};
   }
@@ -245,7 +252,7 @@ Connection CmAcceptor::accept_for(std::chrono::milliseconds wait, std::error_cod
   rdma_event_channel* own = rdma_create_event_channel();
   if (!own || rdma_migrate_id(request.id, own) != 0) {
     ec = verbs_error(errno);
-    explanation_ = "rdma_migrate_id: " + ec.message();
+    why = "rdma_migrate_id: " + ec.message();
     if (own) rdma_destroy_event_channel(own);
     qp = QueuePair();
     return {};
@@ -263,16 +270,8 @@ Connection CmAcceptor::accept(std::error_code& ec) {
 }
 
 Connection CmAcceptor::accept() {
-  std::error_code ec;
-  Connection c = accept(ec);
-  if (ec)
-    throw_error(ec, "CmAcceptor::accept on port " + std::to_string(port_) + ": " + explanation());
-  return c;
-}
-
-std::string CmAcceptor::explanation() const {
-  std::lock_guard lock(const_cast<std::mutex&>(mutex_));
-  return explanation_;
+  return or_throw([this](std::error_code& ec) { return accept(ec); },
+                  "CmAcceptor::accept on port " + std::to_string(port_));
 }
 
 CmConnector::CmConnector(std::shared_ptr<Resources> resources, ConnectionOptions options)
@@ -364,23 +363,13 @@ Connection CmConnector::connect(const std::string& host, uint16_t port, std::err
     return Connection(resources_, std::move(qp), std::move(theirs), negotiated,
                       "rdma_cm " + host + ":" + std::to_string(port), id, channel);
   }();
-  std::lock_guard lock(mutex_);
-  explanation_ = why;
+  remember(std::move(why));
   return result;
 }
 
 Connection CmConnector::connect(const std::string& host, uint16_t port) {
-  std::error_code ec;
-  Connection c = connect(host, port, ec);
-  if (ec)
-    throw_error(
-        ec, "CmConnector::connect to " + host + ":" + std::to_string(port) + ": " + explanation());
-  return c;
-}
-
-std::string CmConnector::explanation() const {
-  std::lock_guard lock(mutex_);
-  return explanation_;
+  return or_throw([&](std::error_code& ec) { return connect(host, port, ec); },
+                  "CmConnector::connect to " + host + ":" + std::to_string(port));
 }
 
 }  // namespace rdmakit

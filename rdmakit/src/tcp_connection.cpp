@@ -190,8 +190,7 @@ Connection TcpAcceptor::accept_for(std::chrono::milliseconds wait, std::error_co
       send_frame(client, Frame::reject, reject_payload(ec, why), deadline, ignored);
     }
   }
-  std::lock_guard lock(mutex_);
-  explanation_ = why;
+  remember(std::move(why));
   return result;
 }
 
@@ -200,16 +199,8 @@ Connection TcpAcceptor::accept(std::error_code& ec) {
 }
 
 Connection TcpAcceptor::accept() {
-  std::error_code ec;
-  Connection c = accept(ec);
-  if (ec)
-    throw_error(ec, "TcpAcceptor::accept on port " + std::to_string(port_) + ": " + explanation());
-  return c;
-}
-
-std::string TcpAcceptor::explanation() const {
-  std::lock_guard lock(mutex_);
-  return explanation_;
+  return or_throw([this](std::error_code& ec) { return accept(ec); },
+                  "TcpAcceptor::accept on port " + std::to_string(port_));
 }
 
 TcpConnector::TcpConnector(std::shared_ptr<Resources> resources, ConnectionOptions options)
@@ -233,23 +224,13 @@ Connection TcpConnector::connect(const std::string& host, uint16_t port, std::er
       result = finish_handshake(fd, resources_, std::move(qp), ours, std::move(theirs), deadline,
                                 ec, why);
   }
-  std::lock_guard lock(mutex_);
-  explanation_ = why;
+  remember(std::move(why));
   return result;
 }
 
 Connection TcpConnector::connect(const std::string& host, uint16_t port) {
-  std::error_code ec;
-  Connection c = connect(host, port, ec);
-  if (ec)
-    throw_error(
-        ec, "TcpConnector::connect to " + host + ":" + std::to_string(port) + ": " + explanation());
-  return c;
-}
-
-std::string TcpConnector::explanation() const {
-  std::lock_guard lock(mutex_);
-  return explanation_;
+  return or_throw([&](std::error_code& ec) { return connect(host, port, ec); },
+                  "TcpConnector::connect to " + host + ":" + std::to_string(port));
 }
 
 }  // namespace rdmakit

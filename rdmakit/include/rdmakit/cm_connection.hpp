@@ -15,7 +15,7 @@ struct rdma_cm_event;
 
 namespace rdmakit {
 
-class CmAcceptor {
+class CmAcceptor : public detail::LastFailure {
  public:
   // Listens on address:port (port 0: ephemeral). Throws Error.
   CmAcceptor(std::shared_ptr<Resources> resources, const std::string& address = "0.0.0.0",
@@ -33,35 +33,31 @@ class CmAcceptor {
   Connection accept();
   Connection accept(std::error_code& ec);
   Connection accept_for(std::chrono::milliseconds wait, std::error_code& ec);
-  std::string explanation() const;
 
  private:
   struct Request;
   bool next_request(Request& request, std::chrono::steady_clock::time_point deadline,
                     std::error_code& ec);
+  Connection serve_request(std::chrono::milliseconds wait, std::error_code& ec, std::string& why);
   std::shared_ptr<Resources> resources_;
   ConnectionOptions options_;
   rdma_event_channel* channel_ = nullptr;
   rdma_cm_id* listener_ = nullptr;
   uint16_t port_ = 0;
-  std::mutex mutex_;  // one accept at a time: they share the listener's event channel
+  std::mutex accept_mutex_;  // one accept at a time: they share the listener's event channel
   std::deque<rdma_cm_event*> waiting_;  // requests that arrived while another was served
-  std::string explanation_;
 };
 
-class CmConnector {
+class CmConnector : public detail::LastFailure {
  public:
   explicit CmConnector(std::shared_ptr<Resources> resources, ConnectionOptions options = {});
 
   Connection connect(const std::string& host, uint16_t port);
   Connection connect(const std::string& host, uint16_t port, std::error_code& ec);
-  std::string explanation() const;
 
  private:
   std::shared_ptr<Resources> resources_;
   ConnectionOptions options_;
-  mutable std::mutex mutex_;
-  std::string explanation_;
 };
 
 static_assert(Acceptor<CmAcceptor>);

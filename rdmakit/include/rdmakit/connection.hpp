@@ -13,6 +13,7 @@
 #include <concepts>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -118,6 +119,36 @@ concept Connector = requires(T connector, const std::string& host, uint16_t port
 };
 
 namespace detail {
+
+// The last failure of an acceptor or connector, in words (what explanation() returns), and
+// the throwing form of their error_code calls.
+class LastFailure {
+ public:
+  // Why the last failed accept or connect failed ("" after a success).
+  std::string explanation() const {
+    std::lock_guard lock(mutex_);
+    return why_;
+  }
+
+ protected:
+  void remember(std::string why) {
+    std::lock_guard lock(mutex_);
+    why_ = std::move(why);
+  }
+  // Runs attempt(ec); throws Error "<context>: <explanation>" if it failed.
+  template <typename Attempt>
+  Connection or_throw(Attempt&& attempt, const std::string& context) {
+    std::error_code ec;
+    Connection c = attempt(ec);
+    if (ec) throw_error(ec, context + ": " + explanation());
+    return c;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::string why_;
+};
+
 // This side's offer for `qp`, from the resources and options.
 HandshakeOffer make_offer(const Resources& resources, const QueuePair& qp,
                           const ConnectionOptions& options);

@@ -4,14 +4,13 @@
 #pragma once
 
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "rdmakit/connection.hpp"
 
 namespace rdmakit {
 
-class TcpAcceptor {
+class TcpAcceptor : public detail::LastFailure {
  public:
   // Listens on address:port (port 0: an ephemeral one, see port()). Throws Error.
   TcpAcceptor(std::shared_ptr<Resources> resources, const std::string& address = "0.0.0.0",
@@ -31,32 +30,25 @@ class TcpAcceptor {
   Connection accept(std::error_code& ec);
   // Gives up with Errc::timed_out if no client arrives within `wait`.
   Connection accept_for(std::chrono::milliseconds wait, std::error_code& ec);
-  // Why the last failed accept failed, in words.
-  std::string explanation() const;
 
  private:
   std::shared_ptr<Resources> resources_;
   ConnectionOptions options_;
   int fd_ = -1;
   uint16_t port_ = 0;
-  mutable std::mutex mutex_;
-  std::string explanation_;
 };
 
-class TcpConnector {
+class TcpConnector : public detail::LastFailure {
  public:
   explicit TcpConnector(std::shared_ptr<Resources> resources, ConnectionOptions options = {});
 
   // Connects to a TcpAcceptor. Throws Error with the explanation.
   Connection connect(const std::string& host, uint16_t port);
   Connection connect(const std::string& host, uint16_t port, std::error_code& ec);
-  std::string explanation() const;
 
  private:
   std::shared_ptr<Resources> resources_;
   ConnectionOptions options_;
-  mutable std::mutex mutex_;
-  std::string explanation_;
 };
 
 static_assert(Acceptor<TcpAcceptor>);

@@ -69,7 +69,7 @@ size_t Arena::configured_size() {
   const char* env = std::getenv("SOFTRDMA_ARENA_GIB");
   const long gib = env ? std::atol(env) : 0;
   return gib > 0 && static_cast<size_t>(gib) < (kDefaultSize >> 30) ? static_cast<size_t>(gib) << 30
-                                                                   : kDefaultSize;
+                                                                    : kDefaultSize;
 }
 
 Arena::Arena() {
