@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job: builds softrdma and runs RDMA programs on it, server and client on this
-# host — our client/server example over the RDMA connection manager, then Debian's
-# unmodified perftest — printing what they did and measured.
+# host — our client/server example over the RDMA connection manager (raw verbs, then the
+# same workflow with rdmakit), rdmakit's one-sided key-value lookup, then Debian's
+# unmodified perftest beside `rdmakit perf` — printing what they did and measured.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -31,6 +32,26 @@ wait_port "$p"
 "$run" build/examples/rdma_client_server --client 127.0.0.1 --port "$p" --size 8 --iters 20000
 wait "$server"
 
+example() {  # example TITLE PROGRAM SERVER-ARGS -- CLIENT-ARGS ({port} is a free port)
+  local title=$1 program=$2; shift 2
+  local server_args=() client_args=() p; p=$(port)
+  while [ "$1" != "--" ]; do server_args+=("${1//\{port\}/$p}"); shift; done; shift
+  for a in "$@"; do client_args+=("${a//\{port\}/$p}"); done
+  echo
+  echo "=== $title ==="
+  "$run" timeout 60 "$program" "${server_args[@]}" &
+  local server=$!
+  wait_port "$p"
+  "$run" timeout 60 "$program" "${client_args[@]}"
+  wait "$server"
+}
+
+example "examples/rdmakit_client_server: the same workflow with rdmakit (coroutines)" \
+  build/examples/rdmakit_client_server server --port {port} --cm -- \
+  client 127.0.0.1 --port {port} --cm --size 65536 --iterations 20000
+example "examples/kv_lookup: key-value lookups by one-sided RDMA READ (the server's CPU idles)" \
+  build/examples/kv_lookup server --port {port} -- client 127.0.0.1 --port {port} --lookups 100000
+
 pair() {  # pair TITLE PROGRAM ARGS...: perftest server in the background, client against it
   local title=$1; shift
   local p; p=$(port)
@@ -46,3 +67,5 @@ pair() {  # pair TITLE PROGRAM ARGS...: perftest server in the background, clien
 pair "RDMA WRITE bandwidth (perftest)" ib_write_bw -s 65536 -n 20000
 pair "RDMA WRITE latency (perftest)" ib_write_lat -s 8 -n 20000
 pair "RDMA READ latency over RDMA CM (perftest -R)" ib_read_lat -s 8 -n 20000 -R
+pair "RDMA WRITE bandwidth (rdmakit perf, poll mode)" build/tools/rdmakit perf write_bw -s 65536 -n 20000
+pair "RDMA WRITE latency (rdmakit perf, coroutines)" build/tools/rdmakit perf write_lat -s 8 -n 20000 --mode coroutine

@@ -40,7 +40,10 @@ bool cq_push(PeerArena& owner, CqShared* cq, const CqEntry& entry, bool solicite
     cq->entries()[tail & (cq->capacity - 1)] = entry;
     cq->tail.store(tail + 1, std::memory_order_release);
   }
-  const uint32_t armed = cq->armed.load(std::memory_order_acquire);
+  // An RMW, paired with the one in req_notify_cq: either it sees the CQ armed, or the
+  // arming thread's next poll sees this entry. Plain store-then-load on both sides could
+  // each miss the other (store buffering) and lose the wake-up.
+  const uint32_t armed = cq->armed.fetch_add(0, std::memory_order_acq_rel);
   const bool wake = armed == kCqArmedAll ||
                     (armed == kCqArmedSolicited && (solicited || entry.status != IBV_WC_SUCCESS));
   if (wake && cq->armed.exchange(kCqDisarmed) != kCqDisarmed) {

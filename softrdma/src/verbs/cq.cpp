@@ -62,8 +62,9 @@ int poll_cq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
 }
 
 int req_notify_cq(ibv_cq* cq, int solicited_only) {
-  to_cq(cq)->shared->armed.store(solicited_only ? kCqArmedSolicited : kCqArmedAll,
-                                 std::memory_order_release);
+  // An RMW, paired with the one in cq_push (see there).
+  to_cq(cq)->shared->armed.exchange(solicited_only ? kCqArmedSolicited : kCqArmedAll,
+                                    std::memory_order_acq_rel);
   return 0;
 }
 
