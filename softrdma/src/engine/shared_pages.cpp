@@ -138,14 +138,22 @@ void unshare_pages(void* addr, size_t length) {
   if (still_mapped_from(base, range.length, range.fd)) {
     void* copy =
         mmap(nullptr, range.length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (copy != MAP_FAILED) {
-      std::memcpy(copy, reinterpret_cast<void*>(base), range.length);
-      if (mremap(copy, range.length, range.length, MREMAP_MAYMOVE | MREMAP_FIXED,
-                 reinterpret_cast<void*>(base)) == MAP_FAILED) {
-        SOFTRDMA_DEBUG_LOG("cannot make deregistered pages private: %s", std::strerror(errno));
-        munmap(copy, range.length);
-      }
+    // Read the pages through the memfd, not through the user's mapping: the user may have
+    // freed the memory already (deregistering after free is allowed), and the library must
+    // not touch memory it does not own.
+    bool copied = copy != MAP_FAILED;
+    for (size_t done = 0; copied && done < range.length;) {
+      const ssize_t n = pread(range.fd, static_cast<char*>(copy) + done, range.length - done,
+                              static_cast<off_t>(done));
+      copied = n > 0;
+      if (copied) done += static_cast<size_t>(n);
     }
+    if (copied && mremap(copy, range.length, range.length, MREMAP_MAYMOVE | MREMAP_FIXED,
+                         reinterpret_cast<void*>(base)) == MAP_FAILED) {
+      SOFTRDMA_DEBUG_LOG("cannot make deregistered pages private: %s", std::strerror(errno));
+      copied = false;
+    }
+    if (!copied && copy != MAP_FAILED) munmap(copy, range.length);
   }
   close(range.fd);
   g_moved.erase(it);

@@ -6,7 +6,8 @@
 // stays as it is and is reached with process_vm_readv/writev.
 //
 // When the last registration of a range goes, its pages move back to private anonymous
-// memory (contents and address unchanged): memory that is no longer registered behaves as
+// memory (contents and address unchanged; a write to the range by another thread during
+// ibv_dereg_mr itself may be lost): memory that is no longer registered behaves as
 // any other again (a later fork() copies it; a later mapping at the same address is new
 // memory). While registered, a fork()ed child shares the pages with its parent instead of
 // copying them (as with ibv_fork_init on a NIC, registered memory is not the child's).
