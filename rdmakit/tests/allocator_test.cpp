@@ -31,22 +31,6 @@ AllocatorOptions small_chunks(Access default_access = Access::local_write) {
   return options;
 }
 
-// Copies `source` into `target` with an RDMA WRITE from QP a; returns the completion status.
-ibv_wc_status rdma_write(testing::LoopbackPair& pair, const LocalBuffer& source,
-                         const RemoteBuffer& target) {
-  ibv_sge sge = source.sge();
-  ibv_send_wr wr{};
-  wr.wr_id = 1;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.opcode = IBV_WR_RDMA_WRITE;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.wr.rdma.remote_addr = target.address();
-  wr.wr.rdma.rkey = target.rkey();
-  if (pair.a.post_send(wr)) return IBV_WC_GENERAL_ERR;
-  return testing::LoopbackPair::wait_one(pair.cq_a).status;
-}
-
 size_t in_use(const AllocatorStats& stats) {
   return stats.bytes_in_use_send + stats.bytes_in_use_recv + stats.bytes_in_use_general;
 }
@@ -104,7 +88,9 @@ TEST(Allocator, BlocksCarryTheKeysOfTheirChunkAndRdmaLandsInThem) {
   Allocation source = allocator.allocate(kBlock);
   for (size_t i = 0; i < blocks.size(); ++i) {
     std::memset(source.data(), static_cast<int>(i + 1), source.size());
-    ASSERT_EQ(rdma_write(pair, source.buffer(), blocks[i].remote()), IBV_WC_SUCCESS);
+    ASSERT_EQ(testing::one_sided(pair.a, pair.cq_a, IBV_WR_RDMA_WRITE, source.buffer(),
+                                 blocks[i].remote()),
+              IBV_WC_SUCCESS);
     EXPECT_THAT(std::vector<std::byte>(blocks[i].data(), blocks[i].data() + kBlock),
                 Each(static_cast<std::byte>(i + 1)));
   }
@@ -185,7 +171,9 @@ TEST(Allocator, LargeRequestsGetARegistrationOfTheirOwn) {
     EXPECT_EQ(allocator.stats().bytes_registered, chunks + mapped);
     EXPECT_EQ(allocator.stats().bytes_in_use_recv, mapped);
     EXPECT_THAT(std::vector<std::byte>(large.data(), large.data() + size), Each(std::byte{0}));
-    ASSERT_EQ(rdma_write(pair, source.buffer(), large.remote().last(4096)), IBV_WC_SUCCESS);
+    ASSERT_EQ(testing::one_sided(pair.a, pair.cq_a, IBV_WR_RDMA_WRITE, source.buffer(),
+                                 large.remote().last(4096)),
+              IBV_WC_SUCCESS);
     EXPECT_THAT(std::vector<std::byte>(large.data() + size - 4096, large.data() + size),
                 Each(std::byte{0x5a}));
   }
@@ -246,7 +234,9 @@ void expect_arenas_never_mix(testing::LoopbackPair& pair, const std::function<Al
   Allocation target = remote_writable();
   Allocation source = local();
   std::memset(source.data(), 0x77, source.size());
-  ASSERT_EQ(rdma_write(pair, source.buffer(), target.remote()), IBV_WC_SUCCESS);
+  ASSERT_EQ(
+      testing::one_sided(pair.a, pair.cq_a, IBV_WR_RDMA_WRITE, source.buffer(), target.remote()),
+      IBV_WC_SUCCESS);
   EXPECT_THAT(std::vector<std::byte>(target.data(), target.data() + target.size()),
               Each(std::byte{0x77}));
 }

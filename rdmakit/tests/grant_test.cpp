@@ -53,23 +53,6 @@ Clock::time_point expiry_of(const RemoteBuffer& remote) {
   return Clock::time_point(std::chrono::milliseconds(remote.expires_at_ms()));
 }
 
-// The peer (QP b) reads `target` into `local` or writes `local` to it; returns the status of
-// the completion at the peer.
-ibv_wc_status peer_access(testing::LoopbackPair& pair, ibv_wr_opcode opcode,
-                          const LocalBuffer& local, const RemoteBuffer& target) {
-  ibv_sge sge = local.sge();
-  ibv_send_wr wr{};
-  wr.wr_id = 7;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.opcode = opcode;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.wr.rdma.remote_addr = target.address();
-  wr.wr.rdma.rkey = target.rkey();
-  if (pair.b.post_send(wr)) return IBV_WC_GENERAL_ERR;
-  return testing::LoopbackPair::wait_one(pair.cq_b).status;
-}
-
 TEST(Grant, PeerReadsAndWritesThroughALiveGrant) {
   testing::LoopbackPair pair;
   Memories memory(pair.pd);
@@ -90,11 +73,13 @@ TEST(Grant, PeerReadsAndWritesThroughALiveGrant) {
   EXPECT_LE(expiry_of(remote), Clock::now() + 10s);
   EXPECT_EQ(grants.next_expiry(), expiry_of(remote));
 
-  ASSERT_EQ(peer_access(pair, IBV_WR_RDMA_READ, memory.peer.local(), remote), IBV_WC_SUCCESS);
+  ASSERT_EQ(testing::one_sided(pair.b, pair.cq_b, IBV_WR_RDMA_READ, memory.peer.local(), remote),
+            IBV_WC_SUCCESS);
   EXPECT_THAT(std::vector<std::byte>(memory.peer.data(), memory.peer.data() + kBytes),
               Each(std::byte{0x0a}));
   std::memset(memory.peer.data(), 0x0c, kBytes);
-  ASSERT_EQ(peer_access(pair, IBV_WR_RDMA_WRITE, memory.peer.local(), remote), IBV_WC_SUCCESS);
+  ASSERT_EQ(testing::one_sided(pair.b, pair.cq_b, IBV_WR_RDMA_WRITE, memory.peer.local(), remote),
+            IBV_WC_SUCCESS);
   EXPECT_THAT(memory.granted_bytes(), Each(std::byte{0x0c}));
   EXPECT_EQ(memory.owner.data()[kBytes - 1], std::byte{0x0a}) << "outside the grant";
 }
@@ -105,7 +90,8 @@ TEST(Grant, AnExpiredGrantIsRevokedAndThePeerGetsARemoteAccessError) {
   GrantTable grants(pair.pd, Access::remote_read);
   const Grant grant = grants.grant(memory.granted(), Access::remote_read, 50ms);
   const RemoteBuffer remote = send_to_peer(grant);
-  ASSERT_EQ(peer_access(pair, IBV_WR_RDMA_READ, memory.peer.local(), remote), IBV_WC_SUCCESS);
+  ASSERT_EQ(testing::one_sided(pair.b, pair.cq_b, IBV_WR_RDMA_READ, memory.peer.local(), remote),
+            IBV_WC_SUCCESS);
 
   // Due exactly at the millisecond the peer was told, not before.
   EXPECT_EQ(grants.revoke_expired(expiry_of(remote) - 1ms), 0u);
@@ -115,7 +101,8 @@ TEST(Grant, AnExpiredGrantIsRevokedAndThePeerGetsARemoteAccessError) {
   EXPECT_EQ(grants.next_expiry(), std::nullopt);
   EXPECT_FALSE(grants.revoke(grant.id)) << "already revoked";
 
-  const ibv_wc_status status = peer_access(pair, IBV_WR_RDMA_READ, memory.peer.local(), remote);
+  const ibv_wc_status status =
+      testing::one_sided(pair.b, pair.cq_b, IBV_WR_RDMA_READ, memory.peer.local(), remote);
   EXPECT_EQ(status, IBV_WC_REM_ACCESS_ERR);
   EXPECT_THAT(completion_error(status).message(), HasSubstr("remote access error"));
 }
@@ -155,8 +142,8 @@ TEST(Grant, AReadOnlyGrantRefusesThePeersWrite) {
   Memories memory(pair.pd);
   GrantTable grants(pair.pd, Access::remote_read | Access::remote_write);
   const Grant grant = grants.grant(memory.granted(), Access::remote_read, 10s);
-  const ibv_wc_status status =
-      peer_access(pair, IBV_WR_RDMA_WRITE, memory.peer.local(), send_to_peer(grant));
+  const ibv_wc_status status = testing::one_sided(pair.b, pair.cq_b, IBV_WR_RDMA_WRITE,
+                                                  memory.peer.local(), send_to_peer(grant));
   EXPECT_EQ(status, IBV_WC_REM_ACCESS_ERR);
   EXPECT_EQ(completion_error(status), completion_error(IBV_WC_REM_ACCESS_ERR));
   EXPECT_THAT(memory.granted_bytes(), Each(std::byte{0x0a}));
@@ -173,9 +160,12 @@ TEST(Grant, RevokingOneGrantLeavesTheOthersOnTheSameMemory) {
   EXPECT_TRUE(grants.revoke(revoked.id));
   EXPECT_FALSE(grants.revoke(revoked.id));
   EXPECT_EQ(grants.active(), 1u);
-  EXPECT_EQ(peer_access(pair, IBV_WR_RDMA_READ, memory.peer.local(), kept.remote), IBV_WC_SUCCESS);
-  EXPECT_EQ(peer_access(pair, IBV_WR_RDMA_READ, memory.peer.local(), revoked.remote),
-            IBV_WC_REM_ACCESS_ERR);
+  EXPECT_EQ(
+      testing::one_sided(pair.b, pair.cq_b, IBV_WR_RDMA_READ, memory.peer.local(), kept.remote),
+      IBV_WC_SUCCESS);
+  EXPECT_EQ(
+      testing::one_sided(pair.b, pair.cq_b, IBV_WR_RDMA_READ, memory.peer.local(), revoked.remote),
+      IBV_WC_REM_ACCESS_ERR);
 }
 
 TEST(Grant, NextExpiryIsTheEarliestActiveGrant) {
@@ -204,7 +194,7 @@ TEST(Grant, TheTableRevokesEverythingWhenDestroyed) {
     GrantTable grants(pair.pd, Access::remote_read);
     remote = send_to_peer(grants.grant(memory.granted(), Access::remote_read, 10s));
   }
-  EXPECT_EQ(peer_access(pair, IBV_WR_RDMA_READ, memory.peer.local(), remote),
+  EXPECT_EQ(testing::one_sided(pair.b, pair.cq_b, IBV_WR_RDMA_READ, memory.peer.local(), remote),
             IBV_WC_REM_ACCESS_ERR);
 }
 

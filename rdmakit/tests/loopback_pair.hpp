@@ -40,4 +40,21 @@ inline ibv_wc LoopbackPair::wait_one(const CompletionQueue& cq) {
   return wc;
 }
 
+// Posts one signalled one-sided operation (RDMA READ or WRITE between `local` and `remote`)
+// on `qp` and waits for its completion on `cq`; returns its status.
+inline ibv_wc_status one_sided(QueuePair& qp, const CompletionQueue& cq, ibv_wr_opcode opcode,
+                               const LocalBuffer& local, const RemoteBuffer& remote) {
+  ibv_sge sge = local.sge();
+  ibv_send_wr wr{};
+  wr.wr_id = 1;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = opcode;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.rdma.remote_addr = remote.address();
+  wr.wr.rdma.rkey = remote.rkey();
+  if (qp.post_send(wr)) return IBV_WC_GENERAL_ERR;
+  return LoopbackPair::wait_one(cq).status;
+}
+
 }  // namespace rdmakit::testing

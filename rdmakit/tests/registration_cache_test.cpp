@@ -42,22 +42,6 @@ struct Pages {
   std::byte* data;
 };
 
-// Copies `source` into `target` with an RDMA WRITE from QP a; returns the completion status.
-ibv_wc_status rdma_write(testing::LoopbackPair& pair, const LocalBuffer& source,
-                         const RemoteBuffer& target) {
-  ibv_sge sge = source.sge();
-  ibv_send_wr wr{};
-  wr.wr_id = 1;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.opcode = IBV_WR_RDMA_WRITE;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.wr.rdma.remote_addr = target.address();
-  wr.wr.rdma.rkey = target.rkey();
-  if (pair.a.post_send(wr)) return IBV_WC_GENERAL_ERR;
-  return testing::LoopbackPair::wait_one(pair.cq_a).status;
-}
-
 // Writes `count` bytes of `value` into `target` from a source registered through `cache`
 // (and invalidated again before it is unmapped); true on success.
 bool write_pattern(testing::LoopbackPair& pair, RegistrationCache& cache,
@@ -68,7 +52,8 @@ bool write_pattern(testing::LoopbackPair& pair, RegistrationCache& cache,
   bool written = false;
   {
     CachedRegistration registered = cache.acquire(source.data, count, Access::local_write);
-    written = rdma_write(pair, registered.buffer(), target.first(count)) == IBV_WC_SUCCESS;
+    written = testing::one_sided(pair.a, pair.cq_a, IBV_WR_RDMA_WRITE, registered.buffer(),
+                                 target.first(count)) == IBV_WC_SUCCESS;
   }
   cache.invalidate(source.data, source.size);
   return written;
