@@ -2,12 +2,12 @@
 
 #include <arpa/inet.h>
 #include <netdb.h>
-#include <poll.h>
 #include <rdma/rdma_cma.h>
 
 #include <cerrno>
 #include <cstring>
 
+#include "deadline_socket.hpp"
 #include "rdmakit/error.hpp"
 
 namespace rdmakit {
@@ -22,30 +22,19 @@ struct CmQueuePairs {
 
 namespace {
 
-using Deadline = std::chrono::steady_clock::time_point;
+using detail::Deadline;
 // Private data of a reject: the Errc (1 byte) and the explanation, within the REJ limit.
 constexpr size_t kRejectPrivateData = 148;
 
 // The next CM event on `channel`, or null with `ec` set (timed_out at the deadline).
 rdma_cm_event* next_event(rdma_event_channel* channel, Deadline deadline, std::error_code& ec) {
-  for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    pollfd p{channel->fd, POLLIN, 0};
-    const int n =
-        ::poll(&p, 1, deadline == Deadline::max() ? -1 : std::max<int>(0, int(left.count())));
-    if (n == 0) {
-      ec = make_error_code(Errc::timed_out);
-      return nullptr;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    rdma_cm_event* event = nullptr;
-    if (n < 0 || rdma_get_cm_event(channel, &event) != 0) {
-      ec = verbs_error(errno);
-      return nullptr;
-    }
-    return event;
+  if (!detail::wait_readable(channel->fd, deadline, ec)) return nullptr;
+  rdma_cm_event* event = nullptr;
+  if (rdma_get_cm_event(channel, &event) != 0) {
+    ec = verbs_error(errno);
+    return nullptr;
   }
+  return event;
 }
 
 GidEntry gid_of(const sockaddr* addr) {
