@@ -4,22 +4,29 @@
 
 namespace softrdma {
 
-bool mapped_with_access(uintptr_t start, uintptr_t end, bool need_write) {
+bool mappings_cover(uintptr_t start, uintptr_t end,
+                    const std::function<bool(const MappingLine&)>& accepts) {
   std::FILE* maps = std::fopen("/proc/self/maps", "re");
   if (!maps) return false;
   uintptr_t covered = start;
   char line[512];
   while (covered < end && std::fgets(line, sizeof line, maps)) {
-    unsigned long lo = 0, hi = 0;
+    unsigned long lo = 0, hi = 0, inode = 0;
     char perms[8] = {};
-    if (std::sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) != 3) continue;
+    if (std::sscanf(line, "%lx-%lx %7s %*s %*s %lu", &lo, &hi, perms, &inode) != 4) continue;
     if (hi <= covered) continue;
     if (lo > covered) break;  // a hole: the maps are sorted by address
-    if (perms[0] != 'r' || (need_write && perms[1] != 'w')) break;
+    if (!accepts(MappingLine{perms, inode})) break;
     covered = hi;
   }
   std::fclose(maps);
   return covered >= end;
+}
+
+bool mapped_with_access(uintptr_t start, uintptr_t end, bool need_write) {
+  return mappings_cover(start, end, [need_write](const MappingLine& m) {
+    return m.perms[0] == 'r' && (!need_write || m.perms[1] == 'w');
+  });
 }
 
 }  // namespace softrdma

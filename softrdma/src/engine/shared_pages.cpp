@@ -13,6 +13,7 @@
 #include <string>
 
 #include "common/log.hpp"
+#include "common/mapping_check.hpp"
 
 namespace softrdma {
 namespace {
@@ -39,20 +40,8 @@ auto& g_moved = *new std::map<uintptr_t, MovedRange>();
 bool still_mapped_from(uintptr_t start, size_t length, int fd) {
   struct stat st {};
   if (fstat(fd, &st) != 0) return false;
-  std::FILE* maps = std::fopen("/proc/self/maps", "re");
-  if (!maps) return false;
-  uintptr_t covered = start;
-  const uintptr_t end = start + length;
-  char line[512];
-  while (covered < end && std::fgets(line, sizeof line, maps)) {
-    unsigned long lo = 0, hi = 0, inode = 0;
-    if (std::sscanf(line, "%lx-%lx %*s %*s %*s %lu", &lo, &hi, &inode) != 3) continue;
-    if (hi <= covered) continue;
-    if (lo > covered || inode != st.st_ino) break;
-    covered = hi;
-  }
-  std::fclose(maps);
-  return covered >= end;
+  return mappings_cover(start, start + length,
+                        [&st](const MappingLine& m) { return m.inode == st.st_ino; });
 }
 
 // Protection of [start, end) if it is private anonymous memory (heap or anonymous mmap) in
