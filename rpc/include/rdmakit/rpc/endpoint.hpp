@@ -1,0 +1,235 @@
+// The RPC endpoint: one per thread, serving requests and making calls over any number of
+// sessions. Server (rdmakit/rpc/server.hpp) and Client (rdmakit/rpc/client.hpp) are
+// endpoints; a session is bidirectional, so either side may call the other.
+//
+// Progress happens only inside poll()/wait() on the owning thread; the library starts no
+// thread. Inside poll():
+//  - calls and replies queued since the last poll are sent (one flush per session),
+//  - arriving responses complete their calls (callbacks run, coroutines resume),
+//  - arriving requests go to their method's handler or to the recv() queue,
+//  - timeouts and liveness are checked,
+//  - what the callbacks and handlers produced is sent before poll() returns.
+// Callbacks and handlers may call call()/reply() but must not re-enter poll()/wait().
+#pragma once
+
+#include <chrono>
+#include <coroutine>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <system_error>
+
+#include "rdmakit/rpc/function_ref.hpp"
+#include "rdmakit/rpc/options.hpp"
+#include "rdmakit/rpc/session.hpp"
+#include "rdmakit/rpc/status.hpp"
+
+namespace rdmakit::rpc {
+
+namespace detail {
+class Engine;
+/// A request held by the application: pins its bytes where they arrived.
+struct HeldRequest {
+  Engine* engine = nullptr;
+  SessionId session;
+  uint32_t call_id = 0;
+  uint32_t method = 0;
+  uint32_t max_response = 0;
+  uint64_t release_cookie = 0;
+  std::span<const std::byte> data;
+};
+}  // namespace detail
+
+/// Builds a message in place: receives the span to fill (exactly the size asked for).
+using Fill = FunctionRef<void(std::span<std::byte>)>;
+
+/// A completed call. `data` is a zero-copy view of the response where it arrived, valid
+/// during the callback (or, in a coroutine, until it next suspends). On failure, `data` is
+/// empty and status.message says why.
+struct Response {
+  uint64_t user_data = 0;
+  SessionId session;
+  Status status;
+  std::span<const std::byte> data;
+};
+
+/// Identifies one call: a slot index and a generation, so that no late or repeated
+/// response can complete another call.
+struct CallId {
+  SessionId session;
+  uint32_t value = 0;
+  friend bool operator==(CallId, CallId) = default;
+};
+
+/// The result of issuing a call: its id, or why it was not sent (Errc::would_block when the
+/// window or the send space is full; nothing was sent and user_data is still the caller's).
+struct CallResult {
+  CallId id;
+  std::error_code error;
+  bool ok() const noexcept { return !error; }
+};
+
+/// A deferred reply: the request stays pinned (its bytes and its receive slot) until the
+/// token is given to Endpoint::reply(); dropping it answers the caller Code::cancelled.
+class RequestToken {
+ public:
+  RequestToken() = default;
+  RequestToken(RequestToken&& other) noexcept;
+  RequestToken& operator=(RequestToken&& other) noexcept;
+  RequestToken(const RequestToken&) = delete;
+  RequestToken& operator=(const RequestToken&) = delete;
+  ~RequestToken();
+
+  explicit operator bool() const noexcept { return held_.engine != nullptr; }
+  std::span<const std::byte> data() const noexcept { return held_.data; }
+  uint32_t method() const noexcept { return held_.method; }
+  SessionId session() const noexcept { return held_.session; }
+  uint32_t max_response() const noexcept { return held_.max_response; }
+
+ private:
+  friend class RecvHandle;
+  friend class Endpoint;
+  explicit RequestToken(detail::HeldRequest held) noexcept : held_(held) {}
+  detail::HeldRequest held_;
+};
+
+/// A received request. data() reads it where it arrived (no copy) and stays valid until the
+/// handle is replied or destroyed, across poll() too; its receive slot is not reused before.
+/// reply()/reply_with()/reply_error()/into_token() consume the handle (call them on an
+/// rvalue: std::move(handle).reply(...)); replying twice is a programming error that stops
+/// the program. A handle destroyed without a reply answers the caller Code::cancelled.
+class RecvHandle {
+ public:
+  RecvHandle(RecvHandle&& other) noexcept;
+  RecvHandle& operator=(RecvHandle&& other) noexcept;
+  RecvHandle(const RecvHandle&) = delete;
+  RecvHandle& operator=(const RecvHandle&) = delete;
+  ~RecvHandle();
+
+  std::span<const std::byte> data() const noexcept { return held_.data; }
+  uint32_t method() const noexcept { return held_.method; }
+  SessionId session() const noexcept { return held_.session; }
+  /// Bytes the caller reserved for the reply: a larger reply is refused.
+  uint32_t max_response() const noexcept { return held_.max_response; }
+
+  /// Sends `response` (copied once into the transport's send space). Never fails for lack
+  /// of space (the caller reserved it); fails with Errc::response_too_large (the caller gets
+  /// Code::resource_exhausted) or Errc::session_closed.
+  std::error_code reply(std::span<const std::byte> response) &&;
+  /// Builds the reply of `size` bytes in place in the send space through `fill`.
+  std::error_code reply_with(size_t size, Fill fill) &&;
+  /// Answers with a failure status (its message travels to the caller).
+  std::error_code reply_error(Code code, std::string_view message = {}) &&;
+  /// Keeps the request for a reply later, in any order: Endpoint::reply(std::move(token), ..).
+  RequestToken into_token() && noexcept;
+
+ private:
+  friend class detail::Engine;
+  friend class Endpoint;
+  explicit RecvHandle(detail::HeldRequest held) noexcept : held_(held) {}
+  detail::HeldRequest held_;
+};
+
+/// `co_await endpoint.call(...)`: issues the call (suspending while the window is full),
+/// resumes the coroutine inside poll() with the Response. Lives in the coroutine frame: no
+/// allocation per call. Destroying the awaiting coroutine cancels the call.
+class [[nodiscard]] CallAwaitable {
+ public:
+  CallAwaitable(const CallAwaitable&) = delete;
+  CallAwaitable& operator=(const CallAwaitable&) = delete;
+  ~CallAwaitable();
+
+  bool await_ready() noexcept;
+  void await_suspend(std::coroutine_handle<> waiting) noexcept;
+  Response await_resume() noexcept { return result_; }
+
+ private:
+  friend class detail::Engine;
+  friend class Endpoint;
+  CallAwaitable(detail::Engine* engine, SessionId session, std::span<const std::byte> request,
+                const CallOptions& options) noexcept
+      : engine_(engine), session_(session), request_(request), options_(options) {}
+  bool try_issue() noexcept;  // false: the window is full, wait
+
+  enum class State : uint8_t { created, waiting_for_window, in_flight, done };
+  detail::Engine* engine_;
+  SessionId session_;
+  std::span<const std::byte> request_;
+  CallOptions options_;
+  std::coroutine_handle<> waiting_;
+  Response result_;
+  CallId id_;
+  State state_ = State::created;
+  CallAwaitable* next_waiter_ = nullptr;
+};
+
+/// A response callback for calls made with user_data.
+using OnResponse = FunctionRef<void(const Response&)>;
+
+class Endpoint {
+ public:
+  Endpoint(Endpoint&&) noexcept;
+  Endpoint& operator=(Endpoint&&) noexcept;
+  ~Endpoint();
+
+  /// One round of progress (see the top of this header). Responses to calls made with
+  /// user_data go to `on_response`. Returns the messages handled.
+  int poll(OnResponse on_response);
+  /// As poll(on_response), with the callback given to on_response() (or none: then a
+  /// response to a user_data call is a programming error).
+  int poll();
+  /// Polls until something is handled or `timeout` passes; in Mode::blocking it sleeps
+  /// after Options::spin. Returns the messages handled (0: timed out).
+  int wait(std::chrono::microseconds timeout, OnResponse on_response);
+  int wait(std::chrono::microseconds timeout);
+  /// The callback poll() and wait() use when not given one.
+  void on_response(std::function<void(const Response&)> callback);
+
+  /// The next request not taken by a handler, in arrival order per session.
+  std::optional<RecvHandle> recv() noexcept;
+  /// Requests for `method` go to `handler`, called from poll() (replaces an earlier one).
+  void handle(uint32_t method, std::function<void(RecvHandle)> handler);
+
+  /// Calls over `session`: copies the request into the send space and reserves
+  /// max_response for the reply. Never blocks: Errc::would_block when the window or the
+  /// send space is full (poll and retry). The response reaches poll()'s callback with
+  /// `user_data`.
+  CallResult call(SessionId session, std::span<const std::byte> request, uint64_t user_data,
+                  const CallOptions& options = {});
+  /// As call(), building the request of `size` bytes in place through `fill`.
+  CallResult call_with(SessionId session, size_t size, Fill fill, uint64_t user_data,
+                       const CallOptions& options = {});
+  /// The coroutine form: `Response r = co_await endpoint.call(session, request);`.
+  CallAwaitable call(SessionId session, std::span<const std::byte> request,
+                     const CallOptions& options = {}) noexcept;
+  /// Completes a pending call now with Code::cancelled (false: it already completed). Its
+  /// late response is discarded.
+  bool cancel(CallId id) noexcept;
+
+  /// Deferred replies (see RecvHandle).
+  std::error_code reply(RequestToken&& token, std::span<const std::byte> response);
+  std::error_code reply_with(RequestToken&& token, size_t size, Fill fill);
+  std::error_code reply_error(RequestToken&& token, Code code, std::string_view message = {});
+
+  /// Sessions currently open.
+  size_t session_count() const noexcept;
+  bool is_open(SessionId session) const noexcept;
+  /// Closes a session: its pending calls complete with Code::unavailable.
+  void close(SessionId session) noexcept;
+  /// Calls in flight on a session (issued, response not yet handled).
+  uint32_t in_flight(SessionId session) const noexcept;
+
+  const Options& options() const noexcept;
+
+ protected:
+  explicit Endpoint(std::unique_ptr<detail::Engine> engine) noexcept;
+  detail::Engine& engine() const noexcept { return *engine_; }
+
+ private:
+  std::unique_ptr<detail::Engine> engine_;
+};
+
+}  // namespace rdmakit::rpc

@@ -1,0 +1,157 @@
+// The poll loop: flush what was queued, take in what arrived, sweep now and then, flush
+// again. wait(): poll, spin, then (blocking mode) sleep on the endpoint's descriptors.
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "core/engine.hpp"
+#include "rdmakit/error.hpp"
+
+namespace rdmakit::rpc::detail {
+namespace {
+
+// Frames taken from one session per poll: bounds the time one busy peer holds the loop.
+constexpr int kReceiveBudget = 64;
+// How often the sweep runs while polling: accepts sessions, checks liveness and deadlines.
+constexpr auto kSweepInterval = std::chrono::microseconds(200);
+// The longest a sleeping endpoint goes without a sweep while calls or probes are pending.
+constexpr auto kSleepSlice = std::chrono::milliseconds(10);
+
+}  // namespace
+
+Engine::Engine(const Options& options)
+    : options_(options), doorbell_(std::make_shared<Doorbell>()) {
+  RDMAKIT_REQUIRE(options_.window >= 1 && options_.window <= kMaxWindow,
+                  "rpc::Options::window must be between 1 and 65535");
+  RDMAKIT_REQUIRE(options_.default_max_response <= options_.max_message_bytes,
+                  "rpc::Options::default_max_response exceeds max_message_bytes");
+  epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+  if (epoll_fd_ < 0) throw_verbs_error("epoll_create1", errno, "an rpc endpoint");
+  update_wait_set(doorbell_->fd(), true);
+  now_ = Clock::now();
+}
+
+Engine::~Engine() {
+  // Coroutines still waiting are not resumed (their frames belong to their owners); their
+  // awaiters are told the engine is gone.
+  for (auto& s : sessions_) {
+    if (!s) continue;
+    for (uint32_t i = 0; i < s->calls.size(); ++i) {
+      if (CallAwaitable* a = s->calls[i].awaiter) a->engine_ = nullptr;
+    }
+    for (CallAwaitable* a = s->waiters_head; a != nullptr; a = a->next_waiter_) a->engine_ = nullptr;
+  }
+  // Queued requests release their bytes; the links go with the sessions.
+  while (!queue_.empty()) queue_.pop();
+  sessions_.clear();
+  close(epoll_fd_);
+}
+
+void Engine::update_wait_set(int fd, bool add) noexcept {
+  if (fd < 0) return;
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = fd;
+  epoll_ctl(epoll_fd_, add ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, fd, &ev);
+}
+
+void Engine::set_listener(std::unique_ptr<Listener> listener) {
+  listener_ = std::move(listener);
+  update_wait_set(listener_->wait_fd(), true);
+}
+
+const std::string& Engine::url() const noexcept {
+  static const std::string none;
+  return listener_ ? listener_->url() : none;
+}
+
+void Engine::mark_dirty(Session& s) noexcept {
+  if (!s.dirty) {
+    s.dirty = true;
+    dirty_.push_back(&s);
+  }
+}
+
+void Engine::flush_dirty() noexcept {
+  for (Session* s : dirty_) {
+    s->dirty = false;
+    s->link->flush();
+  }
+  dirty_.clear();
+}
+
+int Engine::poll(OnResponse* on_response) {
+  RDMAKIT_REQUIRE(!in_poll_, "rpc: poll() or wait() re-entered from a callback or handler");
+  in_poll_ = true;
+  on_response_ = on_response;
+  now_ = Clock::now();
+  flush_dirty();
+  int handled = 0;
+  for (size_t i = 0; i < sessions_.size(); ++i) {
+    Session* s = sessions_[i].get();
+    if (s == nullptr || !s->open) continue;
+    receiving_ = s;
+    handled += s->link->receive(*this, kReceiveBudget);
+    receiving_ = nullptr;
+    if (std::error_code failure = s->link->failure()) close_session(*s, failure);
+    if (s->waiters_head != nullptr) issue_waiting_calls(*s);
+  }
+  if (now_ >= next_sweep_ || cancels_pending_ || handled == 0) sweep();
+  flush_dirty();
+  in_poll_ = false;
+  on_response_ = nullptr;
+  return handled;
+}
+
+void Engine::sweep() {
+  next_sweep_ = now_ + kSweepInterval;
+  if (listener_) accept_sessions();
+  check_sessions();
+  if (now_ >= next_deadline_ || cancels_pending_) expire_deadlines();
+}
+
+int Engine::wait(std::chrono::microseconds timeout, OnResponse* on_response) {
+  const Clock::time_point start = Clock::now();
+  const Clock::time_point deadline = start + timeout;
+  const Clock::time_point spin_until =
+      options_.mode == Mode::busy_poll ? deadline : std::min(deadline, start + options_.spin);
+  for (;;) {
+    if (int n = poll(on_response); n > 0) return n;
+    const Clock::time_point now = now_;
+    if (now >= deadline) return 0;
+    if (now < spin_until) continue;
+    sleep_until(deadline);
+    if (int n = poll(on_response); n > 0) return n;
+  }
+}
+
+void Engine::sleep_until(Clock::time_point deadline) {
+  // Ask every peer to signal us, then look once more: a frame published before a peer saw
+  // our flag is seen here (see RingLink::flush()).
+  bool input = false;
+  for (auto& s : sessions_) {
+    if (s && s->open) {
+      s->link->set_sleeping(true);
+      input = input || s->link->has_input();
+    }
+  }
+  if (!input) {
+    Clock::time_point until = deadline;
+    bool busy = next_deadline_ != Clock::time_point::max() || options_.peer_timeout.count() > 0;
+    if (busy) until = std::min(until, Clock::now() + kSleepSlice);
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now());
+    epoll_event events[16];
+    const int n = epoll_wait(epoll_fd_, events, 16, static_cast<int>(std::max<int64_t>(left.count(), 0)));
+    for (int i = 0; i < n; ++i) {
+      if (events[i].data.fd == doorbell_->fd()) doorbell_->clear();
+    }
+  }
+  for (auto& s : sessions_) {
+    if (s && s->open) s->link->set_sleeping(false);
+  }
+  next_sweep_ = Clock::time_point{};  // accept and check liveness on the next poll
+}
+
+}  // namespace rdmakit::rpc::detail

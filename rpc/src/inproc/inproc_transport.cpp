@@ -1,0 +1,170 @@
+// inproc://NAME: sessions between threads of one process. The rings are the same as shm's
+// (a memory file mapped by both sides, see ring/), found through a process-wide registry of
+// listeners; payloads too large for a ring travel as heap blocks handed over by pointer,
+// which the receiver checks against the session's table of blocks in flight.
+#include <unistd.h>
+
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "core/engine.hpp"
+#include "core/transports.hpp"
+#include "ring/ring_link.hpp"
+
+namespace rdmakit::rpc::detail {
+namespace {
+
+// Heap blocks of one session's out-of-line payloads; whatever is left when both sides are
+// gone is freed with it.
+class Blocks {
+ public:
+  ~Blocks() {
+    for (auto& [block, size] : blocks_) delete[] block;
+  }
+  std::byte* allocate(size_t size) {
+    auto* block = new std::byte[size];
+    std::lock_guard lock(mutex_);
+    blocks_.emplace(block, size);
+    return block;
+  }
+  std::span<const std::byte> open(uint64_t ref, size_t size) {
+    auto* block = reinterpret_cast<std::byte*>(ref);
+    std::lock_guard lock(mutex_);
+    auto it = blocks_.find(block);
+    if (it == blocks_.end() || it->second < size) return {};
+    return {block, size};
+  }
+  void free(const std::byte* block) {
+    std::lock_guard lock(mutex_);
+    auto it = blocks_.find(const_cast<std::byte*>(block));
+    if (it == blocks_.end()) return;
+    delete[] it->first;
+    blocks_.erase(it);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<std::byte*, size_t> blocks_;
+};
+
+class InprocPeer final : public RingPeer {
+ public:
+  InprocPeer(std::shared_ptr<Doorbell> peer_doorbell, std::shared_ptr<Blocks> blocks)
+      : peer_doorbell_(std::move(peer_doorbell)), blocks_(std::move(blocks)) {}
+
+  void published(bool peer_sleeping) override {
+    if (peer_sleeping) peer_doorbell_->ring();
+  }
+  std::error_code check_alive() override { return {}; }  // the segment's closed flag tells
+  int wait_fd() const override { return -1; }           // the engine's doorbell wakes us
+  std::byte* allocate_out_of_line(size_t bytes, uint64_t& ref) override {
+    std::byte* block = blocks_->allocate(bytes);
+    ref = reinterpret_cast<uint64_t>(block);
+    return block;
+  }
+  bool send_out_of_line(uint64_t, std::byte*, size_t) override { return true; }
+  std::span<const std::byte> open_out_of_line(uint64_t ref, size_t bytes) override {
+    return blocks_->open(ref, bytes);
+  }
+  void close_out_of_line(std::span<const std::byte> payload) override {
+    blocks_->free(payload.data());
+  }
+
+ private:
+  std::shared_ptr<Doorbell> peer_doorbell_;
+  std::shared_ptr<Blocks> blocks_;
+};
+
+class InprocListener;
+std::mutex registry_mutex;
+std::unordered_map<std::string, InprocListener*>& registry() {
+  static auto* listeners = new std::unordered_map<std::string, InprocListener*>();
+  return *listeners;
+}
+
+class InprocListener final : public Listener {
+ public:
+  InprocListener(std::string name, Engine& engine)
+      : name_(std::move(name)), url_("inproc://" + name_), engine_doorbell_(engine.doorbell()),
+        options_(engine.options()) {}
+  ~InprocListener() override {
+    std::lock_guard lock(registry_mutex);
+    registry().erase(name_);
+  }
+
+  std::unique_ptr<Link> accept() override {
+    if (!has_pending_.load(std::memory_order_acquire)) return nullptr;
+    std::lock_guard lock(mutex_);
+    if (pending_.empty()) return nullptr;
+    std::unique_ptr<Link> link = std::move(pending_.back());
+    pending_.pop_back();
+    has_pending_.store(!pending_.empty(), std::memory_order_release);
+    return link;
+  }
+  int wait_fd() const override { return arrivals_.fd(); }
+  const std::string& url() const override { return url_; }
+
+  // Called by connecting threads, under registry_mutex.
+  std::unique_ptr<Link> connect(Engine& client, std::error_code& error) {
+    const Segment::Layout layout{
+        Segment::round_ring_bytes(std::min(options_.ring_bytes, client.options().ring_bytes)),
+        std::min(options_.window, client.options().window),
+        std::min(options_.max_message_bytes, client.options().max_message_bytes)};
+    int fd = -1;
+    Segment mine = Segment::create(layout, fd, error);
+    if (!mine) return nullptr;
+    Segment theirs = Segment::map(fd, layout, error);
+    close(fd);
+    if (!theirs) return nullptr;
+    auto blocks = std::make_shared<Blocks>();
+    auto server_side = std::make_unique<RingLink>(
+        std::move(theirs), 1, std::make_unique<InprocPeer>(client.doorbell(), blocks));
+    auto client_side = std::make_unique<RingLink>(
+        std::move(mine), 0, std::make_unique<InprocPeer>(engine_doorbell_, blocks));
+    {
+      std::lock_guard lock(mutex_);
+      pending_.insert(pending_.begin(), std::move(server_side));
+      has_pending_.store(true, std::memory_order_release);
+    }
+    arrivals_.ring();
+    return client_side;
+  }
+
+ private:
+  std::string name_;
+  std::string url_;
+  std::shared_ptr<Doorbell> engine_doorbell_;
+  Options options_;
+  Doorbell arrivals_;
+  std::mutex mutex_;
+  std::vector<std::unique_ptr<Link>> pending_;  // newest first
+  std::atomic<bool> has_pending_{false};
+};
+
+}  // namespace
+
+std::unique_ptr<Listener> listen_inproc(const std::string& name, Engine& engine,
+                                        std::error_code& error) {
+  std::lock_guard lock(registry_mutex);
+  if (registry().contains(name)) {
+    error = std::make_error_code(std::errc::address_in_use);
+    return nullptr;
+  }
+  auto listener = std::make_unique<InprocListener>(name, engine);
+  registry()[name] = listener.get();
+  return listener;
+}
+
+std::unique_ptr<Link> connect_inproc(const std::string& name, Engine& engine,
+                                     std::error_code& error) {
+  std::lock_guard lock(registry_mutex);
+  auto it = registry().find(name);
+  if (it == registry().end()) {
+    error = make_error_code(Errc::not_listening);
+    return nullptr;
+  }
+  return it->second->connect(engine, error);
+}
+
+}  // namespace rdmakit::rpc::detail

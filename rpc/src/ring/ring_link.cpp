@@ -1,0 +1,210 @@
+#include "ring/ring_link.hpp"
+
+#include <atomic>
+#include <cstring>
+
+#include "rdmakit/rpc/status.hpp"
+
+namespace rdmakit::rpc::detail {
+
+RingLink::RingLink(Segment segment, int side, std::unique_ptr<RingPeer> peer)
+    : segment_(std::move(segment)),
+      side_(side),
+      peer_(std::move(peer)),
+      ring_bytes_(segment_.ring_bytes()) {
+  SegmentHeader& h = segment_.header();
+  limits_ = {h.window, h.max_message_bytes};
+  for (Channel ch : {Channel::request, Channel::response}) {
+    const int c = static_cast<int>(ch);
+    const int mine = ring_index(side_, ch);
+    const int theirs = ring_index(1 - side_, ch);
+    out_[c].base = segment_.ring(mine);
+    out_[c].tail = &h.tail[mine];
+    out_[c].released = &h.released[mine];
+    in_[c].base = segment_.ring(theirs);
+    in_[c].tail = &h.tail[theirs];
+    in_[c].released = &h.released[theirs];
+    // The peer's calls in flight, plus one liveness probe (or its answer).
+    in_[c].held.resize(size_t{limits_.window} + 2);
+  }
+}
+
+RingLink::~RingLink() {
+  SegmentHeader& h = segment_.header();
+  h.closed[side_].value.store(1, std::memory_order_seq_cst);
+  peer_->published(h.sleeping[1 - side_].value.load(std::memory_order_seq_cst) != 0);
+  for (In& in : in_) {
+    for (uint32_t i = 0; i < in.count; ++i) {
+      const Held& held = in.held[(in.first + i) % in.held.size()];
+      if (!held.released && !held.out_of_line.empty()) peer_->close_out_of_line(held.out_of_line);
+    }
+  }
+}
+
+void RingLink::fail(std::error_code error) noexcept {
+  if (!failure_) failure_ = error;
+}
+
+size_t RingLink::reservation(uint32_t max_response) const {
+  return frame_bytes(max_response <= inline_max() ? max_response : 0);
+}
+
+std::byte* RingLink::begin(Channel channel, FrameHeader& header) {
+  if (failure_) return nullptr;
+  Out& o = out_[static_cast<int>(channel)];
+  const bool out_of_line = header.length > inline_max();
+  const uint64_t bytes = frame_bytes(out_of_line ? 0 : header.length);
+  if (o.pending + bytes - o.released_seen > ring_bytes_) {
+    const uint64_t released = o.released->value.load(std::memory_order_acquire);
+    if (released < o.released_seen || released > o.published) {
+      fail(Errc::protocol_error);  // the consumer's position moved backwards or past ours
+      return nullptr;
+    }
+    o.released_seen = released;
+    if (o.pending + bytes - released > ring_bytes_) return nullptr;
+  }
+  std::byte* at = o.base + (o.pending & (ring_bytes_ - 1));
+  std::byte* payload = at + sizeof(FrameHeader);
+  o.begun_out_of_line = nullptr;
+  if (out_of_line) {
+    uint64_t ref = 0;
+    payload = peer_->allocate_out_of_line(header.length, ref);
+    if (payload == nullptr) return nullptr;
+    header.flags = static_cast<uint16_t>(header.flags | kOutOfLine);
+    header.out_of_line = ref;
+    o.begun_out_of_line = payload;
+    o.begun_ref = ref;
+    o.begun_length = header.length;
+  }
+  std::memcpy(at, &header, sizeof header);
+  o.begun_bytes = bytes;
+  return payload;
+}
+
+void RingLink::commit(Channel channel) {
+  Out& o = out_[static_cast<int>(channel)];
+  if (o.begun_out_of_line != nullptr &&
+      !peer_->send_out_of_line(o.begun_ref, o.begun_out_of_line, o.begun_length)) {
+    fail(Errc::session_closed);
+  }
+  o.begun_out_of_line = nullptr;
+  o.pending += o.begun_bytes;
+  o.begun_bytes = 0;
+}
+
+void RingLink::flush() {
+  bool any = false;
+  for (Out& o : out_) {
+    if (o.pending != o.published) {
+      o.tail->value.store(o.pending, std::memory_order_release);
+      o.published = o.pending;
+      any = true;
+    }
+  }
+  if (!any) return;
+  // Pairs with the fence in set_sleeping(): either the peer sees our frames before it
+  // sleeps, or we see that it sleeps and signal it.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  peer_->published(segment_.header().sleeping[1 - side_].value.load(std::memory_order_relaxed) !=
+                   0);
+}
+
+int RingLink::receive(FrameSink& sink, int budget) {
+  const int start = budget;
+  if (receive_ring(in_[static_cast<int>(Channel::response)], Channel::response, sink, budget))
+    receive_ring(in_[static_cast<int>(Channel::request)], Channel::request, sink, budget);
+  return start - budget;
+}
+
+bool RingLink::receive_ring(In& in, Channel channel, FrameSink& sink, int& budget) {
+  if (failure_) return false;
+  const uint64_t tail = in.tail->value.load(std::memory_order_acquire);
+  if (tail == in.head) return true;
+  if (tail < in.head || tail - in.released_position > ring_bytes_) {
+    fail(Errc::protocol_error);  // the producer claims more than the ring holds
+    return false;
+  }
+  const FrameKind first_kind = channel == Channel::request ? FrameKind::request : FrameKind::response;
+  const FrameKind probe_kind = channel == Channel::request ? FrameKind::ping : FrameKind::pong;
+  while (in.head != tail && budget > 0) {
+    if (in.count == in.held.size()) {
+      fail(Errc::protocol_error);  // more calls in flight than the window allows
+      return false;
+    }
+    std::byte* at = in.base + (in.head & (ring_bytes_ - 1));
+    const FrameHeader h = read_header(at);
+    const bool out_of_line = (h.flags & kOutOfLine) != 0;
+    const uint64_t bytes = frame_bytes(out_of_line ? 0 : h.length);
+    const bool valid = (h.kind == first_kind || h.kind == probe_kind) &&
+                       (h.flags & ~kOutOfLine) == 0 && h.length <= limits_.max_message_bytes &&
+                       (out_of_line ? h.length > inline_max() : h.length <= inline_max()) &&
+                       bytes <= tail - in.head;
+    if (!valid) {
+      fail(Errc::protocol_error);
+      return false;
+    }
+    std::span<const std::byte> payload(at + sizeof(FrameHeader), out_of_line ? 0 : h.length);
+    if (out_of_line) {
+      payload = peer_->open_out_of_line(h.out_of_line, h.length);
+      if (payload.empty()) {
+        fail(Errc::protocol_error);
+        return false;
+      }
+    }
+    const uint32_t slot = static_cast<uint32_t>((in.first + in.count) % in.held.size());
+    in.held[slot] = Held{in.head + bytes, out_of_line ? payload : std::span<const std::byte>{},
+                         false};
+    ++in.count;
+    in.head += bytes;
+    --budget;
+    sink.on_frame(h, payload, slot);
+    if (failure_) return false;
+  }
+  return true;
+}
+
+void RingLink::release(Channel channel, uint64_t cookie) {
+  In& in = in_[static_cast<int>(channel)];
+  Held& held = in.held[cookie];
+  held.released = true;
+  if (!held.out_of_line.empty()) {
+    peer_->close_out_of_line(held.out_of_line);
+    held.out_of_line = {};
+  }
+  if (cookie == in.first) release_prefix(in);
+}
+
+void RingLink::release_prefix(In& in) {
+  uint64_t position = in.released_position;
+  while (in.count > 0 && in.held[in.first].released) {
+    position = in.held[in.first].end;
+    in.first = static_cast<uint32_t>((in.first + 1) % in.held.size());
+    --in.count;
+  }
+  in.released_position = position;
+  in.released->value.store(position, std::memory_order_release);
+}
+
+void RingLink::check_alive() {
+  if (failure_) return;
+  if (segment_.header().closed[1 - side_].value.load(std::memory_order_acquire) != 0 &&
+      !has_input()) {
+    fail(Errc::session_closed);
+    return;
+  }
+  if (std::error_code gone = peer_->check_alive(); gone && !has_input()) fail(gone);
+}
+
+void RingLink::set_sleeping(bool sleeping) {
+  segment_.header().sleeping[side_].value.store(sleeping ? 1 : 0, std::memory_order_seq_cst);
+  if (!sleeping) peer_->woke();
+}
+
+bool RingLink::has_input() const {
+  for (const In& in : in_) {
+    if (in.tail->value.load(std::memory_order_acquire) != in.head) return true;
+  }
+  return false;
+}
+
+}  // namespace rdmakit::rpc::detail

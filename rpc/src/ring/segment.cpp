@@ -1,0 +1,142 @@
+#include "ring/segment.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <new>
+#include <utility>
+
+#include "rdmakit/rpc/status.hpp"
+
+namespace rdmakit::rpc::detail {
+namespace {
+
+size_t page_size() noexcept {
+  static const size_t size = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return size;
+}
+size_t header_bytes() noexcept {
+  return (sizeof(SegmentHeader) + page_size() - 1) & ~(page_size() - 1);
+}
+size_t file_bytes(uint32_t ring_bytes) noexcept {
+  return header_bytes() + size_t{kRings} * ring_bytes;
+}
+std::error_code last_error() noexcept { return {errno, std::system_category()}; }
+
+}  // namespace
+
+uint32_t Segment::round_ring_bytes(uint32_t bytes) noexcept {
+  // A power of two (positions wrap with a mask) and at least a page (it is mapped twice).
+  return std::bit_ceil(std::max<uint32_t>(bytes, static_cast<uint32_t>(page_size())));
+}
+
+Segment Segment::map_file(int fd, uint32_t ring_bytes, std::error_code& error) {
+  // Reserve the address range first, then map the header once and every ring twice into it.
+  Segment s;
+  const size_t header = header_bytes();
+  s.reserved_ = header + size_t{kRings} * 2 * ring_bytes;
+  void* base = mmap(nullptr, s.reserved_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (base == MAP_FAILED) {
+    error = last_error();
+    s.reserved_ = 0;
+    return s;
+  }
+  s.base_ = static_cast<std::byte*>(base);
+  s.ring_bytes_ = ring_bytes;
+  auto fixed = [&](std::byte* at, size_t length, size_t offset) {
+    void* got = mmap(at, length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
+                     static_cast<off_t>(offset));
+    return got != MAP_FAILED;
+  };
+  bool ok = fixed(s.base_, header, 0);
+  for (int r = 0; ok && r < kRings; ++r) {
+    std::byte* first = s.ring(r);
+    const size_t offset = header + size_t(r) * ring_bytes;
+    ok = fixed(first, ring_bytes, offset) && fixed(first + ring_bytes, ring_bytes, offset);
+  }
+  if (!ok) {
+    error = last_error();
+    return Segment{};  // `s` unmaps what was mapped
+  }
+  return s;
+}
+
+Segment Segment::create(const Layout& layout, int& fd, std::error_code& error) {
+  fd = memfd_create("rdmakit-rpc", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) {
+    error = last_error();
+    return {};
+  }
+  const size_t bytes = file_bytes(layout.ring_bytes);
+  // Sealed so that a peer can neither shrink it (our accesses would fault) nor grow it.
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0 ||
+      fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    error = last_error();
+    close(fd);
+    fd = -1;
+    return {};
+  }
+  Segment s = map_file(fd, layout.ring_bytes, error);
+  if (!s) {
+    close(fd);
+    fd = -1;
+    return s;
+  }
+  SegmentHeader& h = *new (s.base_) SegmentHeader{};
+  h.magic = kSegmentMagic;
+  h.ring_bytes = layout.ring_bytes;
+  h.window = layout.window;
+  h.max_message_bytes = layout.max_message_bytes;
+  return s;
+}
+
+Segment Segment::map(int fd, const Layout& expected, std::error_code& error) {
+  struct stat st {};
+  const int seals = fcntl(fd, F_GET_SEALS);
+  if (fstat(fd, &st) != 0 || seals < 0) {
+    error = last_error();
+    return {};
+  }
+  if ((seals & F_SEAL_SHRINK) == 0 || round_ring_bytes(expected.ring_bytes) != expected.ring_bytes ||
+      static_cast<size_t>(st.st_size) != file_bytes(expected.ring_bytes)) {
+    error = make_error_code(Errc::protocol_error);
+    return {};
+  }
+  Segment s = map_file(fd, expected.ring_bytes, error);
+  if (!s) return s;
+  const SegmentHeader& h = s.header();
+  if (h.magic != kSegmentMagic || h.ring_bytes != expected.ring_bytes ||
+      h.window != expected.window || h.max_message_bytes != expected.max_message_bytes) {
+    error = make_error_code(Errc::protocol_error);
+    return {};
+  }
+  return s;
+}
+
+Segment::Segment(Segment&& other) noexcept
+    : base_(std::exchange(other.base_, nullptr)),
+      reserved_(std::exchange(other.reserved_, 0)),
+      ring_bytes_(other.ring_bytes_) {}
+
+Segment& Segment::operator=(Segment&& other) noexcept {
+  if (this != &other) {
+    this->~Segment();
+    new (this) Segment(std::move(other));
+  }
+  return *this;
+}
+
+Segment::~Segment() {
+  if (base_ != nullptr) munmap(base_, reserved_);
+}
+
+std::byte* Segment::ring(int index) const noexcept {
+  return base_ + header_bytes() + size_t(index) * 2 * ring_bytes_;
+}
+
+}  // namespace rdmakit::rpc::detail
