@@ -14,12 +14,14 @@ namespace detail {
 
 const Transport* transport_for(std::string_view url, std::string& address) noexcept {
   static const Transport inproc{listen_inproc, connect_inproc};
+  static const Transport shm{listen_shm, connect_shm};
 
   const size_t sep = url.find("://");
   if (sep == std::string_view::npos || sep + 3 == url.size()) return nullptr;
   const std::string_view scheme = url.substr(0, sep);
   address.assign(url.substr(sep + 3));
   if (scheme == "inproc") return &inproc;
+  if (scheme == "shm") return &shm;
 
   return nullptr;
 }

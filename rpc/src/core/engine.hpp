@@ -110,7 +110,7 @@ class Engine final : private FrameSink {
 
   // sessions.cpp
   void accept_sessions();
-  void check_sessions();
+  void check_sessions(bool look_for_dead_peers);
   void close_session(Session& s, std::error_code why);
   void destroy_if_done(Session& s) noexcept;
   void probe(Session& s);
@@ -132,6 +132,7 @@ class Engine final : private FrameSink {
   bool in_poll_ = false;
   Clock::time_point now_{};
   Clock::time_point next_sweep_{};
+  Clock::time_point next_liveness_check_{};
   Clock::time_point next_deadline_ = Clock::time_point::max();
   bool cancels_pending_ = false;
   int epoll_fd_ = -1;

@@ -16,6 +16,9 @@ namespace {
 constexpr int kReceiveBudget = 64;
 // How often the sweep runs while polling: accepts sessions, checks liveness and deadlines.
 constexpr auto kSweepInterval = std::chrono::microseconds(200);
+// How often links look for a dead peer with a system call while polling (a sleeping endpoint
+// is woken by the peer's descriptor instead).
+constexpr auto kLivenessInterval = std::chrono::milliseconds(2);
 // The longest a sleeping endpoint goes without a sweep while calls or probes are pending.
 constexpr auto kSleepSlice = std::chrono::milliseconds(10);
 
@@ -108,7 +111,9 @@ int Engine::poll(OnResponse* on_response) {
 void Engine::sweep() {
   next_sweep_ = now_ + kSweepInterval;
   if (listener_) accept_sessions();
-  check_sessions();
+  const bool look_for_dead_peers = now_ >= next_liveness_check_;
+  if (look_for_dead_peers) next_liveness_check_ = now_ + kLivenessInterval;
+  check_sessions(look_for_dead_peers);
   if (now_ >= next_deadline_ || cancels_pending_) expire_deadlines();
 }
 
@@ -151,7 +156,9 @@ void Engine::sleep_until(Clock::time_point deadline) {
   for (auto& s : sessions_) {
     if (s && s->open) s->link->set_sleeping(false);
   }
-  next_sweep_ = Clock::time_point{};  // accept and check liveness on the next poll
+  // Accept and look for dead peers on the next poll: a descriptor may have woken us for that.
+  next_sweep_ = Clock::time_point{};
+  next_liveness_check_ = Clock::time_point{};
 }
 
 }  // namespace rdmakit::rpc::detail

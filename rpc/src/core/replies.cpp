@@ -85,6 +85,7 @@ std::error_code Engine::reply(HeldRequest& request, size_t size, Fill fill, Code
   }
   std::error_code refused;
   std::string why;
+  auto write_why = [&why](std::span<std::byte> out) { std::memcpy(out.data(), why.data(), out.size()); };
   if (size > request.max_response) {
     refused = make_error_code(Errc::response_too_large);
     why = "reply of " + std::to_string(size) + " bytes exceeds the " +
@@ -97,7 +98,7 @@ std::error_code Engine::reply(HeldRequest& request, size_t size, Fill fill, Code
     // The caller still gets an answer, within its reservation.
     code = Code::resource_exhausted;
     size = std::min<size_t>(why.size(), request.max_response);
-    fill = [&why](std::span<std::byte> out) { std::memcpy(out.data(), why.data(), out.size()); };
+    fill = write_why;
   }
   FrameHeader h{};
   h.length = static_cast<uint32_t>(size);

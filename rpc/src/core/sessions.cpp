@@ -48,7 +48,7 @@ void Engine::request_close(SessionId id) noexcept {
   }
 }
 
-void Engine::check_sessions() {
+void Engine::check_sessions(bool look_for_dead_peers) {
   for (auto& owner : sessions_) {
     Session* s = owner.get();
     if (s == nullptr) continue;
@@ -56,7 +56,7 @@ void Engine::check_sessions() {
       if (s->close_requested) {
         close_session(*s, make_error_code(Errc::session_closed));
       } else {
-        s->link->check_alive();
+        if (look_for_dead_peers) s->link->check_alive();
         if (std::error_code failure = s->link->failure()) {
           close_session(*s, failure);
         } else if (options_.peer_timeout.count() > 0) {

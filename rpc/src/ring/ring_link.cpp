@@ -25,7 +25,10 @@ RingLink::RingLink(Segment segment, int side, std::unique_ptr<RingPeer> peer)
     in_[c].tail = &h.tail[theirs];
     in_[c].released = &h.released[theirs];
     // The peer's calls in flight, plus one liveness probe (or its answer).
-    in_[c].held.resize(size_t{limits_.window} + 2);
+    In& in = in_[c];
+    in.held.resize(size_t{limits_.window} + 2);
+    for (uint32_t i = 0; i < in.held.size(); ++i) in.held[i].next = i + 1 < in.held.size() ? i + 1 : kNone;
+    in.free = 0;
   }
 }
 
@@ -34,9 +37,8 @@ RingLink::~RingLink() {
   h.closed[side_].value.store(1, std::memory_order_seq_cst);
   peer_->published(h.sleeping[1 - side_].value.load(std::memory_order_seq_cst) != 0);
   for (In& in : in_) {
-    for (uint32_t i = 0; i < in.count; ++i) {
-      const Held& held = in.held[(in.first + i) % in.held.size()];
-      if (!held.released && !held.out_of_line.empty()) peer_->close_out_of_line(held.out_of_line);
+    for (uint32_t i = in.oldest; i != kNone; i = in.held[i].next) {
+      if (!in.held[i].out_of_line.empty()) peer_->close_out_of_line(in.held[i].out_of_line);
     }
   }
 }
@@ -127,7 +129,7 @@ bool RingLink::receive_ring(In& in, Channel channel, FrameSink& sink, int& budge
   const FrameKind first_kind = channel == Channel::request ? FrameKind::request : FrameKind::response;
   const FrameKind probe_kind = channel == Channel::request ? FrameKind::ping : FrameKind::pong;
   while (in.head != tail && budget > 0) {
-    if (in.count == in.held.size()) {
+    if (in.free == kNone) {
       fail(Errc::protocol_error);  // more calls in flight than the window allows
       return false;
     }
@@ -151,10 +153,12 @@ bool RingLink::receive_ring(In& in, Channel channel, FrameSink& sink, int& budge
         return false;
       }
     }
-    const uint32_t slot = static_cast<uint32_t>((in.first + in.count) % in.held.size());
-    in.held[slot] = Held{in.head + bytes, out_of_line ? payload : std::span<const std::byte>{},
-                         false};
-    ++in.count;
+    const uint32_t slot = in.free;
+    in.free = in.held[slot].next;
+    in.held[slot] = Held{in.head, out_of_line ? payload : std::span<const std::byte>{},
+                         in.newest, kNone};
+    (in.newest != kNone ? in.held[in.newest].next : in.oldest) = slot;
+    in.newest = slot;
     in.head += bytes;
     --budget;
     sink.on_frame(h, payload, slot);
@@ -165,22 +169,22 @@ bool RingLink::receive_ring(In& in, Channel channel, FrameSink& sink, int& budge
 
 void RingLink::release(Channel channel, uint64_t cookie) {
   In& in = in_[static_cast<int>(channel)];
-  Held& held = in.held[cookie];
-  held.released = true;
-  if (!held.out_of_line.empty()) {
-    peer_->close_out_of_line(held.out_of_line);
-    held.out_of_line = {};
-  }
-  if (cookie == in.first) release_prefix(in);
+  const auto slot = static_cast<uint32_t>(cookie);
+  Held& held = in.held[slot];
+  if (!held.out_of_line.empty()) peer_->close_out_of_line(held.out_of_line);
+  (held.previous != kNone ? in.held[held.previous].next : in.oldest) = held.next;
+  (held.next != kNone ? in.held[held.next].previous : in.newest) = held.previous;
+  const bool was_oldest = held.previous == kNone;
+  held = Held{};
+  held.next = in.free;
+  in.free = slot;
+  if (was_oldest) publish_released(in);
 }
 
-void RingLink::release_prefix(In& in) {
-  uint64_t position = in.released_position;
-  while (in.count > 0 && in.held[in.first].released) {
-    position = in.held[in.first].end;
-    in.first = static_cast<uint32_t>((in.first + 1) % in.held.size());
-    --in.count;
-  }
+void RingLink::publish_released(In& in) {
+  // Space returns up to the oldest frame still held: everything before it is released.
+  const uint64_t position = in.oldest != kNone ? in.held[in.oldest].start : in.head;
+  if (position == in.released_position) return;
   in.released_position = position;
   in.released->value.store(position, std::memory_order_release);
 }

@@ -74,25 +74,30 @@ class RingLink final : public Link {
     uint64_t begun_ref = 0;
     size_t begun_length = 0;
   };
+  // Frames received and not yet released, in arrival order: a doubly linked list through a
+  // fixed table (the peer's window bounds it), so a release anywhere costs O(1).
   struct Held {
-    uint64_t end = 0;  // ring position after the frame
+    uint64_t start = 0;  // ring position of the frame
     std::span<const std::byte> out_of_line;
-    bool released = false;
+    uint32_t previous = kNone;
+    uint32_t next = kNone;
   };
+  static constexpr uint32_t kNone = UINT32_MAX;
   struct In {
     std::byte* base = nullptr;
     const SharedWord* tail = nullptr;  // the peer's
     SharedWord* released = nullptr;    // ours to write
     uint64_t head = 0;
     uint64_t released_position = 0;
-    std::vector<Held> held;  // circular, in arrival order
-    uint32_t first = 0;
-    uint32_t count = 0;
+    std::vector<Held> held;
+    uint32_t oldest = kNone;
+    uint32_t newest = kNone;
+    uint32_t free = kNone;
   };
 
   void fail(std::error_code error) noexcept;
   bool receive_ring(In& in, Channel channel, FrameSink& sink, int& budget);
-  void release_prefix(In& in);
+  void publish_released(In& in);
 
   Segment segment_;
   int side_;

@@ -1,0 +1,58 @@
+// Shared by the RPC tests: a fresh URL per test on the transport under test, and bounded
+// polling of a server and its clients from one thread.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rdmakit/rpc/client.hpp"
+#include "rdmakit/rpc/server.hpp"
+
+namespace rdmakit::rpc::testing {
+
+inline std::span<const std::byte> bytes(std::string_view s) { return std::as_bytes(std::span(s)); }
+inline std::string text(std::span<const std::byte> b) {
+  return {reinterpret_cast<const char*>(b.data()), b.size()};
+}
+
+/// A URL nobody uses yet on `scheme` (inproc, shm, tcp).
+inline std::string fresh_url(const std::string& scheme) {
+  static int counter = 0;
+  const std::string name = "rpc-test-" + std::to_string(getpid()) + "-" + std::to_string(++counter);
+  if (scheme == "tcp") return "tcp://127.0.0.1:0";
+  return scheme + "://" + name;
+}
+
+/// Polls `server` and `clients` (callbacks go to `on_response`) until `done()` or `limit`.
+template <typename Done>
+bool poll_until(Endpoint& server, std::vector<Endpoint*> clients, Done&& done,
+                const std::function<void(const Response&)>& on_response = {},
+                std::chrono::milliseconds limit = std::chrono::seconds(10)) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  auto cb = [&](const Response& r) {
+    if (on_response) on_response(r);
+  };
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    server.poll(cb);
+    for (Endpoint* c : clients) c->poll(cb);
+  }
+  return true;
+}
+
+class RpcTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  std::string url() { return fresh_url(GetParam()); }
+};
+
+inline std::string transport_name(const ::testing::TestParamInfo<std::string>& info) {
+  return info.param;
+}
+
+}  // namespace rdmakit::rpc::testing
