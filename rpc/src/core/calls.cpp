@@ -12,7 +12,9 @@ namespace rdmakit::rpc::detail {
 CallResult Engine::call(SessionId id, size_t size, Fill fill, uint64_t user_data,
                         const CallOptions& options, CallAwaitable* awaiter) {
   Session* s = find(id);
-  if (s == nullptr) return {{}, make_error_code(Errc::no_such_session)};
+  if (s == nullptr) {
+    return {{}, make_error_code(existed(id) ? Errc::session_closed : Errc::no_such_session)};
+  }
   if (!s->open || s->close_requested) return {{}, make_error_code(Errc::session_closed)};
   const LinkLimits& limits = s->link->limits();
   const uint32_t max_response =

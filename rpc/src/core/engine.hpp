@@ -81,6 +81,10 @@ class Engine final : private FrameSink {
   // sessions.cpp
   size_t session_count() const noexcept { return open_sessions_; }
   Session* find(SessionId id) const noexcept;
+  /// `id` named a session of this endpoint once (it may be gone now).
+  bool existed(SessionId id) const noexcept {
+    return id.index < generations_.size() && id.generation < generations_[id.index];
+  }
   void request_close(SessionId id) noexcept;
 
  private:
