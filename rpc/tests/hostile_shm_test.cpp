@@ -1,0 +1,183 @@
+// A client process that scribbles into the shared memory of its session: the server checks
+// every position, length and header it reads there, closes that session, and goes on serving
+// everyone else (run under ASan too: no access outside the rings).
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "core/frame.hpp"
+#include "ring/segment.hpp"
+#include "rpc_fixture.hpp"
+
+using namespace rdmakit::rpc;
+using namespace rdmakit::rpc::testing;
+namespace detail = rdmakit::rpc::detail;
+
+namespace {
+
+// The mappings of this process's session memory files: (address, length, file offset).
+struct Mapping {
+  std::byte* address;
+  size_t length;
+  size_t offset;
+};
+std::vector<Mapping> session_mappings() {
+  std::vector<Mapping> found;
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);) {
+    if (line.find("memfd:rdmakit-rpc ") == std::string::npos) continue;
+    std::istringstream in(line);
+    std::string range, perms, offset;
+    in >> range >> perms >> offset;
+    const size_t dash = range.find('-');
+    const auto begin = std::stoull(range.substr(0, dash), nullptr, 16);
+    const auto end = std::stoull(range.substr(dash + 1), nullptr, 16);
+    found.push_back({reinterpret_cast<std::byte*>(begin), end - begin, std::stoull(offset, nullptr, 16)});
+  }
+  return found;
+}
+
+enum class Attack { tail_beyond_ring, tail_backwards, oversized_frame, bad_kind, forged_out_of_line, garbage };
+
+std::string attack_name(const ::testing::TestParamInfo<Attack>& info) {
+  switch (info.param) {
+    case Attack::tail_beyond_ring: return "TailBeyondRing";
+    case Attack::tail_backwards: return "TailBackwards";
+    case Attack::oversized_frame: return "OversizedFrame";
+    case Attack::bad_kind: return "BadKind";
+    case Attack::forged_out_of_line: return "ForgedOutOfLine";
+    case Attack::garbage: return "Garbage";
+  }
+  return "unknown";
+}
+
+// Publishes one frame with `header` in the client's request ring, bypassing the library.
+void publish_raw(detail::SegmentHeader& h, std::byte* ring, const detail::FrameHeader& header) {
+  const int r = detail::ring_index(0, detail::Channel::request);
+  const uint64_t tail = h.tail[r].value.load();
+  std::memcpy(ring + (tail & (h.ring_bytes - 1)), &header, sizeof header);
+  h.tail[r].value.store(tail + detail::frame_bytes(0));
+}
+
+void attack(Attack what) {
+  std::vector<Mapping> maps = session_mappings();
+  Mapping* header_map = nullptr;
+  Mapping* request_ring = nullptr;
+  for (Mapping& m : maps) {
+    if (m.offset == 0) header_map = &m;
+  }
+  if (header_map == nullptr) _exit(3);
+  auto& h = *reinterpret_cast<detail::SegmentHeader*>(header_map->address);
+  // The client's request ring is ring 0, mapped right after the header page.
+  for (Mapping& m : maps) {
+    if (m.address == header_map->address + header_map->length) request_ring = &m;
+  }
+  if (request_ring == nullptr) _exit(4);
+  const int r = detail::ring_index(0, detail::Channel::request);
+  detail::FrameHeader frame{};
+  frame.kind = detail::FrameKind::request;
+  switch (what) {
+    case Attack::tail_beyond_ring:
+      h.tail[r].value.store(h.tail[r].value.load() + 10ull * h.ring_bytes);
+      break;
+    case Attack::tail_backwards:
+      h.tail[r].value.store(h.tail[r].value.load() - 64);
+      break;
+    case Attack::oversized_frame:
+      frame.length = 1u << 31;
+      publish_raw(h, request_ring->address, frame);
+      break;
+    case Attack::bad_kind:
+      frame.kind = static_cast<detail::FrameKind>(77);
+      publish_raw(h, request_ring->address, frame);
+      break;
+    case Attack::forged_out_of_line:
+      frame.length = h.ring_bytes;  // too big for the ring: "out of line", with no file sent
+      frame.flags = detail::kOutOfLine;
+      frame.out_of_line = 12345;
+      publish_raw(h, request_ring->address, frame);
+      break;
+    case Attack::garbage: {
+      std::mt19937_64 random(7);
+      for (Mapping& m : maps) {
+        auto* words = reinterpret_cast<uint64_t*>(m.address);
+        for (size_t i = 0; i < m.length / 8; ++i) words[i] = random();
+      }
+      break;
+    }
+  }
+}
+
+class HostileShmClient : public ::testing::TestWithParam<Attack> {};
+
+TEST_P(HostileShmClient, GetsItsSessionClosedWhileTheServerServesOthers) {
+  std::vector<std::pair<SessionId, SessionEvent>> events;
+  Options options;
+  options.on_session = [&](SessionId s, SessionEvent e) { events.emplace_back(s, e); };
+  Server server = Server::listen(fresh_url("shm"), options);
+  int done[2];
+  ASSERT_EQ(pipe(done), 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    Client client = Client::connect(server.url());
+    // One honest call first (the server accepts the session), then the attack.
+    client.call(bytes("honest"), 1);
+    client.poll([](const Response&) {});
+    usleep(20000);
+    attack(GetParam());
+    const char c = 1;
+    [[maybe_unused]] ssize_t n = write(done[1], &c, 1);
+    for (;;) pause();
+  }
+  char c = 0;
+  // Serve while the child attacks.
+  std::optional<SessionId> hostile;
+  const auto start = std::chrono::steady_clock::now();
+  bool attacked = false;
+  while (std::chrono::steady_clock::now() - start < std::chrono::seconds(10)) {
+    server.poll();
+    while (auto h = server.recv()) {
+      hostile = h->session();
+      EXPECT_FALSE(std::move(*h).reply(bytes("ok")));
+    }
+    if (!attacked) {
+      pollfd p{done[0], POLLIN, 0};
+      attacked = ::poll(&p, 1, 0) == 1 && read(done[0], &c, 1) == 1;
+    }
+    if (attacked && hostile && !server.is_open(*hostile)) break;
+  }
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  close(done[0]);
+  close(done[1]);
+  ASSERT_TRUE(attacked);
+  ASSERT_TRUE(hostile.has_value());
+  EXPECT_FALSE(server.is_open(*hostile)) << "the scribbling client's session is closed";
+  // The server goes on: a new client is served.
+  Client other = Client::connect(server.url());
+  ASSERT_TRUE(other.call(bytes("hello"), 2).ok());
+  std::string answer;
+  ASSERT_TRUE(poll_until(
+      server, {&other},
+      [&] {
+        while (auto h = server.recv()) EXPECT_FALSE(std::move(*h).reply(bytes("served")));
+        return !answer.empty();
+      },
+      [&](const Response& r) { answer = text(r.data); }));
+  EXPECT_EQ(answer, "served");
+}
+
+INSTANTIATE_TEST_SUITE_P(Attacks, HostileShmClient,
+                         ::testing::Values(Attack::tail_beyond_ring, Attack::tail_backwards,
+                                           Attack::oversized_frame, Attack::bad_kind,
+                                           Attack::forged_out_of_line, Attack::garbage),
+                         attack_name);
+
+}  // namespace
