@@ -1,6 +1,7 @@
 // rdmakit: command-line tools built on the rdmakit library.
 //   rdmakit perf <test> [server-host] [flags]   perftest's benchmarks
 //   rdmakit devices [--json]                    devices, ports, GIDs and the GID chosen
+//   rdmakit rpc-bench URL [flags]               RPC latency, rate and bandwidth
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -9,6 +10,7 @@
 #include "devices.hpp"
 #include "perf.hpp"
 #include "perf_options.hpp"
+#include "rpc_bench.hpp"
 
 int main(int argc, char** argv) {
   using namespace rdmakit::tool;
@@ -26,6 +28,11 @@ int main(int argc, char** argv) {
   CLI::App* devices = app.add_subcommand("devices", "list devices, ports, GIDs and the GID chosen");
   add_devices_options(*devices, devices_options);
 
+  RpcBenchOptions rpc_options;
+  CLI::App* rpc_bench = app.add_subcommand(
+      "rpc-bench", "RPC latency, rate and bandwidth over inproc://, shm:// or tcp://");
+  add_rpc_bench_options(*rpc_bench, rpc_options);
+
   try {
     app.parse(argc, argv);
     if (*perf) finish_perf_options(perf_options);
@@ -36,8 +43,10 @@ int main(int argc, char** argv) {
   try {
     if (*perf) run_perf(perf_options);
     if (*devices) run_devices(devices_options);
+    if (*rpc_bench) run_rpc_bench(rpc_options);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "rdmakit %s: %s\n", *perf ? "perf" : "devices", e.what());
+    std::fprintf(stderr, "rdmakit %s: %s\n", app.get_subcommands().front()->get_name().c_str(),
+                 e.what());
     return 1;
   }
   return 0;

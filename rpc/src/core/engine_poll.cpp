@@ -101,7 +101,7 @@ int Engine::poll(OnResponse* on_response) {
     if (std::error_code failure = s->link->failure()) close_session(*s, failure);
     if (s->waiters_head != nullptr) issue_waiting_calls(*s);
   }
-  if (now_ >= next_sweep_ || cancels_pending_ || handled == 0) sweep();
+  if (now_ >= next_sweep_ || cancels_pending_) sweep();
   flush_dirty();
   in_poll_ = false;
   on_response_ = nullptr;
