@@ -51,7 +51,7 @@ CallResult Engine::call(SessionId id, size_t size, Fill fill, uint64_t user_data
   s->reserved += reservation;
   const auto timeout = options.timeout.count() != 0 ? options.timeout : options_.default_timeout;
   if (timeout.count() > 0) {
-    c.deadline = Clock::now() + timeout;
+    c.deadline = clock_.now() + timeout;
     next_deadline_ = std::min(next_deadline_, c.deadline);
   }
   return {CallId{id, h.call_id}, {}};

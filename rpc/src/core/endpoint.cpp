@@ -15,6 +15,7 @@ namespace detail {
 const Transport* transport_for(std::string_view url, std::string& address) noexcept {
   static const Transport inproc{listen_inproc, connect_inproc};
   static const Transport shm{listen_shm, connect_shm};
+  static const Transport tcp{listen_tcp, connect_tcp};
 
   const size_t sep = url.find("://");
   if (sep == std::string_view::npos || sep + 3 == url.size()) return nullptr;
@@ -22,6 +23,7 @@ const Transport* transport_for(std::string_view url, std::string& address) noexc
   address.assign(url.substr(sep + 3));
   if (scheme == "inproc") return &inproc;
   if (scheme == "shm") return &shm;
+  if (scheme == "tcp") return &tcp;
 
   return nullptr;
 }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/call_slab.hpp"
+#include "core/coarse_clock.hpp"
 #include "core/doorbell.hpp"
 #include "core/fifo.hpp"
 #include "core/link.hpp"
@@ -134,6 +135,7 @@ class Engine final : private FrameSink {
   OnResponse* on_response_ = nullptr;  // the callback of the poll() running now
   Session* receiving_ = nullptr;       // the session whose frames on_frame() gets
   bool in_poll_ = false;
+  CoarseClock clock_;
   Clock::time_point now_{};
   Clock::time_point next_sweep_{};
   Clock::time_point next_liveness_check_{};

@@ -33,7 +33,7 @@ Engine::Engine(const Options& options)
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   if (epoll_fd_ < 0) throw_verbs_error("epoll_create1", errno, "an rpc endpoint");
   update_wait_set(doorbell_->fd(), true);
-  now_ = Clock::now();
+  now_ = clock_.refresh();
 }
 
 Engine::~Engine() {
@@ -89,7 +89,7 @@ int Engine::poll(OnResponse* on_response) {
   RDMAKIT_REQUIRE(!in_poll_, "rpc: poll() or wait() re-entered from a callback or handler");
   in_poll_ = true;
   on_response_ = on_response;
-  now_ = Clock::now();
+  now_ = clock_.now();
   flush_dirty();
   int handled = 0;
   for (size_t i = 0; i < sessions_.size(); ++i) {
@@ -118,7 +118,7 @@ void Engine::sweep() {
 }
 
 int Engine::wait(std::chrono::microseconds timeout, OnResponse* on_response) {
-  const Clock::time_point start = Clock::now();
+  const Clock::time_point start = clock_.refresh();
   const Clock::time_point deadline = start + timeout;
   const Clock::time_point spin_until =
       options_.mode == Mode::busy_poll ? deadline : std::min(deadline, start + options_.spin);

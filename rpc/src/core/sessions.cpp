@@ -26,7 +26,7 @@ SessionId Engine::add_session(std::unique_ptr<Link> link) {
   update_wait_set(link->wait_fd(), true);
   sessions_[index] = std::make_unique<Session>(std::move(link), index, generation);
   Session& s = *sessions_[index];
-  s.last_heard = Clock::now();
+  s.last_heard = clock_.refresh();
   ++open_sessions_;
   if (options_.on_session) options_.on_session(s.id, SessionEvent::opened);
   return s.id;
