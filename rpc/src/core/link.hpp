@@ -71,6 +71,9 @@ class Link {
   virtual void set_sleeping(bool sleeping) = 0;
   /// Arrived frames wait to be received (a cheap look, used before sleeping).
   virtual bool has_input() const = 0;
+  /// The session is closed: tell the peer now (the link's memory stays until it is destroyed,
+  /// as the application may still hold requests in it).
+  virtual void shut_down() = 0;
 
   const LinkLimits& limits() const noexcept { return limits_; }
 

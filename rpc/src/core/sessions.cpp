@@ -73,6 +73,7 @@ void Engine::close_session(Session& s, std::error_code why) {
   s.open = false;
   --open_sessions_;
   update_wait_set(s.link->wait_fd(), false);
+  s.link->shut_down();
   const std::string reason = "session closed: " + why.message();
   fail_calls(s, Status{Code::unavailable, reason});
   // Requests not yet taken by recv() can no longer be answered: release them now.

@@ -33,14 +33,18 @@ RingLink::RingLink(Segment segment, int side, std::unique_ptr<RingPeer> peer)
 }
 
 RingLink::~RingLink() {
-  SegmentHeader& h = segment_.header();
-  h.closed[side_].value.store(1, std::memory_order_seq_cst);
-  peer_->published(h.sleeping[1 - side_].value.load(std::memory_order_seq_cst) != 0);
+  shut_down();
   for (In& in : in_) {
     for (uint32_t i = in.oldest; i != kNone; i = in.held[i].next) {
       if (!in.held[i].out_of_line.empty()) peer_->close_out_of_line(in.held[i].out_of_line);
     }
   }
+}
+
+void RingLink::shut_down() {
+  SegmentHeader& h = segment_.header();
+  if (h.closed[side_].value.exchange(1, std::memory_order_seq_cst) != 0) return;
+  peer_->published(h.sleeping[1 - side_].value.load(std::memory_order_seq_cst) != 0);
 }
 
 void RingLink::fail(std::error_code error) noexcept {

@@ -57,6 +57,7 @@ class RingLink final : public Link {
   int wait_fd() const override { return peer_->wait_fd(); }
   void set_sleeping(bool sleeping) override;
   bool has_input() const override;
+  void shut_down() override;
 
   /// Payloads up to this size travel inside the ring.
   size_t inline_max() const noexcept { return ring_bytes_ / 4; }

@@ -53,6 +53,8 @@ TcpLink::~TcpLink() {
   close(fd_);
 }
 
+void TcpLink::shut_down() { shutdown(fd_, SHUT_RDWR); }
+
 std::byte* TcpLink::begin(Channel, FrameHeader& header) {
   if (failure()) return nullptr;
   // The vector is sized here, before the payload pointer is handed out, and not touched

@@ -65,6 +65,7 @@ class TcpLink final : public Link {
   /// take, which only this side can send.
   void set_sleeping(bool sleeping) override;
   bool has_input() const override;
+  void shut_down() override;
 
  private:
   void send_pending();

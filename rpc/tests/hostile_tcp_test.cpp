@@ -1,0 +1,136 @@
+// A TCP peer that sends malformed or truncated frames (or no proper hello): that session is
+// closed, nothing half-read reaches the application, and the server serves everyone else.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "core/frame.hpp"
+#include "rpc_fixture.hpp"
+#include "tcp/tcp_link.hpp"
+
+using namespace rdmakit::rpc;
+using namespace rdmakit::rpc::testing;
+namespace detail = rdmakit::rpc::detail;
+
+namespace {
+
+enum class Bad { garbage_hello, unknown_kind, oversized_length, unknown_flags, truncated_frame };
+
+std::string bad_name(const ::testing::TestParamInfo<Bad>& info) {
+  switch (info.param) {
+    case Bad::garbage_hello: return "GarbageHello";
+    case Bad::unknown_kind: return "UnknownKind";
+    case Bad::oversized_length: return "OversizedLength";
+    case Bad::unknown_flags: return "UnknownFlags";
+    case Bad::truncated_frame: return "TruncatedFrame";
+  }
+  return "unknown";
+}
+
+int port_of(const std::string& url) { return std::stoi(url.substr(url.rfind(':') + 1)); }
+
+int connect_raw(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  return fd;
+}
+
+void send_all(int fd, const void* data, size_t size) {
+  ASSERT_EQ(send(fd, data, size, MSG_NOSIGNAL), static_cast<ssize_t>(size));
+}
+
+class HostileTcpPeer : public ::testing::TestWithParam<Bad> {};
+
+TEST_P(HostileTcpPeer, LosesItsSessionWhileTheServerServesOthers) {
+  int opened = 0, closed = 0;
+  Options options;
+  options.max_message_bytes = 1 << 20;
+  options.on_session = [&](SessionId, SessionEvent e) { (e == SessionEvent::opened ? opened : closed)++; };
+  Server server = Server::listen("tcp://127.0.0.1:0", options);
+  const int fd = connect_raw(port_of(server.url()));
+  const detail::TcpHello hello{detail::kTcpHelloMagic, detail::kTcpHelloVersion, options.window,
+                               options.max_message_bytes, 0};
+  detail::FrameHeader frame{};
+  frame.kind = detail::FrameKind::request;
+  frame.max_response = 64;
+  switch (GetParam()) {
+    case Bad::garbage_hello: {
+      const char junk[24] = "GET / HTTP/1.1\r\n\r\nxxxx";
+      send_all(fd, junk, sizeof junk);
+      break;
+    }
+    case Bad::unknown_kind:
+      frame.kind = static_cast<detail::FrameKind>(99);
+      send_all(fd, &hello, sizeof hello);
+      send_all(fd, &frame, sizeof frame);
+      break;
+    case Bad::oversized_length:
+      frame.length = options.max_message_bytes + 1;
+      send_all(fd, &hello, sizeof hello);
+      send_all(fd, &frame, sizeof frame);
+      break;
+    case Bad::unknown_flags:
+      frame.flags = 0x80;
+      send_all(fd, &hello, sizeof hello);
+      send_all(fd, &frame, sizeof frame);
+      break;
+    case Bad::truncated_frame: {
+      frame.length = 100;
+      send_all(fd, &hello, sizeof hello);
+      send_all(fd, &frame, sizeof frame);
+      const char part[10] = {};
+      send_all(fd, part, sizeof part);
+      shutdown(fd, SHUT_WR);  // ...and the peer is gone mid-frame
+      break;
+    }
+  }
+  // The session is refused or closed; no request ever reaches the application.
+  bool settled = false;
+  const auto start = std::chrono::steady_clock::now();
+  while (!settled && std::chrono::steady_clock::now() - start < std::chrono::seconds(5)) {
+    server.poll();
+    EXPECT_FALSE(server.recv().has_value());
+    settled = GetParam() == Bad::garbage_hello ? std::chrono::steady_clock::now() - start > std::chrono::milliseconds(100)
+                                               : closed == 1;
+  }
+  EXPECT_TRUE(settled);
+  EXPECT_EQ(opened, GetParam() == Bad::garbage_hello ? 0 : 1);
+  EXPECT_EQ(server.session_count(), 0u);
+  // The connection itself is closed by the server.
+  char byte;
+  timeval limit{2, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+  ssize_t n;
+  while ((n = recv(fd, &byte, 1, 0)) > 0) {
+  }
+  EXPECT_EQ(n, 0) << "expected the server to close the connection";
+  close(fd);
+  // Everyone else is served.
+  Client other = Client::connect(server.url(), options);
+  ASSERT_TRUE(other.call(bytes("hello"), 1).ok());
+  std::string answer;
+  ASSERT_TRUE(poll_until(
+      server, {&other},
+      [&] {
+        while (auto h = server.recv()) EXPECT_FALSE(std::move(*h).reply(bytes("served")));
+        return !answer.empty();
+      },
+      [&](const Response& r) { answer = text(r.data); }));
+  EXPECT_EQ(answer, "served");
+}
+
+INSTANTIATE_TEST_SUITE_P(Frames, HostileTcpPeer,
+                         ::testing::Values(Bad::garbage_hello, Bad::unknown_kind,
+                                           Bad::oversized_length, Bad::unknown_flags,
+                                           Bad::truncated_frame),
+                         bad_name);
+
+}  // namespace
