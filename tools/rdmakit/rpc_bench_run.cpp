@@ -28,10 +28,13 @@ std::string server_url(const std::string& url, uint32_t k) {
   return url + "." + std::to_string(k);
 }
 
-rpc::Options endpoint_options(const RpcBenchOptions& o, uint64_t response) {
+// A server admits clients whose window is at most its own: it takes the largest depth.
+constexpr uint32_t kServerWindow = 4096;
+
+rpc::Options endpoint_options(const RpcBenchOptions& o, uint64_t response, bool server) {
   rpc::Options options;
   options.mode = o.mode;
-  options.window = std::max<uint32_t>(o.depth, 1);
+  options.window = server ? kServerWindow : o.depth;
   if (o.ring_bytes != 0) options.ring_bytes = o.ring_bytes;
   const uint64_t largest = std::max<uint64_t>(o.size, response);
   options.max_message_bytes = static_cast<uint32_t>(std::max<uint64_t>(largest, 16u << 20));
@@ -72,7 +75,7 @@ struct Servers {
 };
 
 void start_servers(const RpcBenchOptions& o, uint64_t response, Servers& servers) {
-  const rpc::Options options = endpoint_options(o, response);
+  const rpc::Options options = endpoint_options(o, response, true);
   std::string url = o.url;
   for (uint32_t k = 0; k < o.threads; ++k) {
     rpc::Server server = rpc::Server::listen(server_url(url, k), options);
@@ -102,7 +105,7 @@ struct ClientRun {
 };
 
 void drive(const RpcBenchOptions& o, const std::string& url, uint64_t response, ClientRun& run) {
-  const rpc::Options options = endpoint_options(o, response);
+  const rpc::Options options = endpoint_options(o, response, false);
   std::vector<rpc::Client> clients;
   for (uint32_t c = 0; c < o.clients; ++c) clients.push_back(connect_retrying(url, options));
   const std::vector<std::byte> request(o.size, std::byte{0x42});

@@ -1,0 +1,105 @@
+// `rdmakit rpc-bench` (tools/rdmakit) on every transport: the server and the client as
+// separate processes (inproc: both in one), latency, rate and bandwidth, busy-polling and
+// blocking, JSON out; TCP also between two network namespaces.
+#include <gtest/gtest.h>
+#include <unistd.h>
+#include <nlohmann/json.hpp>
+
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "support/listening.hpp"
+#include "support/subprocess.hpp"
+#include "support/two_hosts.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using rdmakit::testing::Exit;
+
+std::vector<std::string> tool(const std::string& args, std::vector<std::string> prefix = {}) {
+  prefix.push_back(RDMAKIT_TOOL);
+  prefix.push_back("rpc-bench");
+  for (const std::string& w : rdmakit::testing::words(args)) prefix.push_back(w);
+  return prefix;
+}
+
+nlohmann::json last_json(const std::string& output) {
+  std::istringstream lines(output);
+  nlohmann::json last;
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty() && line.front() == '{') last = nlohmann::json::parse(line);
+  }
+  return last;
+}
+
+// Runs the client with `args`, checks its JSON and returns it.
+nlohmann::json measure(const std::string& url, const std::string& args,
+                       std::vector<std::string> prefix = {}) {
+  const Exit done = rdmakit::testing::run(tool(url + " --json " + args, std::move(prefix)), 60s);
+  EXPECT_TRUE(done.ok()) << done.describe();
+  nlohmann::json j = last_json(done.output);
+  EXPECT_TRUE(j.is_object()) << done.output;
+  if (!j.is_object()) return j;
+  EXPECT_GT(j["calls"].get<uint64_t>(), 0u) << done.output;
+  EXPECT_EQ(j["errors"].get<uint64_t>(), 0u) << done.output;
+  EXPECT_GT(j["calls_per_second"].get<double>(), 0.0);
+  EXPECT_GT(j["latency_us"]["median"].get<double>(), 0.0);
+  return j;
+}
+
+void measure_all_tests(const std::string& url, const std::string& extra = "",
+                       const std::vector<std::string>& prefix = {}) {
+  const nlohmann::json lat = measure(url, "-t latency -n 2000 " + extra, prefix);
+  EXPECT_EQ(lat["test"], "latency");
+  EXPECT_GE(lat["calls"].get<uint64_t>(), 2000u);
+  const nlohmann::json rate = measure(url, "-t rate -c 2 -q 8 -D 0.3 " + extra, prefix);
+  EXPECT_EQ(rate["clients"], 2);
+  EXPECT_EQ(rate["depth"], 8);
+  const nlohmann::json bw = measure(url, "-t bandwidth -s 1048576 -q 2 -D 0.3 " + extra, prefix);
+  EXPECT_EQ(bw["request_bytes"], 1048576);
+  EXPECT_EQ(bw["response_bytes"], 8);
+}
+
+TEST(RpcBench, InprocInOneProcess) { measure_all_tests("inproc://bench", "--threads 1"); }
+
+TEST(RpcBench, ShmBetweenProcesses) {
+  const std::string url = "shm://rpc-bench-test-" + std::to_string(getpid());
+  rdmakit::testing::Process server(tool(url + " --serve -D 60"));
+  measure_all_tests(url);
+}
+
+TEST(RpcBench, ShmBlockingMode) {
+  const std::string url = "shm://rpc-bench-blocking-" + std::to_string(getpid());
+  rdmakit::testing::Process server(tool(url + " --serve -D 60 --mode blocking"));
+  const nlohmann::json lat = measure(url, "-t latency -n 500 --mode blocking");
+  EXPECT_EQ(lat["mode"], "blocking");
+}
+
+TEST(RpcBench, TcpBetweenProcesses) {
+  const int port = rdmakit::testing::free_tcp_port();
+  const std::string url = "tcp://127.0.0.1:" + std::to_string(port);
+  rdmakit::testing::Process server(tool(url + " --serve -D 60"));
+  ASSERT_TRUE(rdmakit::testing::wait_listening(port, 10s));
+  measure_all_tests(url);
+}
+
+TEST(RpcBench, TcpBetweenTwoHosts) {
+  rdmakit::testing::TwoHosts hosts;
+  if (!hosts.ok()) GTEST_SKIP() << "no network namespaces here: " << hosts.reason();
+  const int port = rdmakit::testing::free_tcp_port();
+  const std::string url = "tcp://" + hosts.address(0) + ":" + std::to_string(port);
+  rdmakit::testing::Process server(tool(url + " --serve -D 60", hosts.on(0)));
+  ASSERT_TRUE(rdmakit::testing::wait_listening(port, 10s, server.pid()));
+  measure_all_tests(url, "", hosts.on(1));
+}
+
+TEST(RpcBench, ReportsAServerThatIsNotThere) {
+  const Exit done = rdmakit::testing::run(tool("shm://nobody-listens-here -t latency -n 10"), 30s);
+  EXPECT_FALSE(done.ok());
+  EXPECT_NE(done.output.find("nothing listens"), std::string::npos) << done.output;
+}
+
+}  // namespace
