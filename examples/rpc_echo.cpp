@@ -1,5 +1,5 @@
 // A first RPC service and its client, over any rdmakit rpc transport:
-//   rpc_echo server URL            serves until interrupted
+//   rpc_echo server URL [--sessions N]   serves until interrupted (or N clients have left)
 //   rpc_echo client URL [--calls N]
 // URL: inproc://NAME (both in one process: `rpc_echo both inproc://echo`), shm://NAME,
 // tcp://HOST:PORT. The service has two methods:
@@ -119,20 +119,28 @@ int main(int argc, char** argv) {
   CLI::App app{"rpc_echo: a first rdmakit rpc service and its client"};
   std::string role, url;
   int calls = 1000;
+  int sessions = 0;
   app.add_option("role", role, "server, client or both (both: the server on a thread)")
       ->required()
       ->check(CLI::IsMember({"server", "client", "both"}));
   app.add_option("url", url, "inproc://NAME, shm://NAME or tcp://HOST:PORT")->required();
   app.add_option("--calls", calls, "calls the client makes in each form");
+  app.add_option("--sessions", sessions, "server: exit after this many clients have left");
   CLI11_PARSE(app, argc, argv);
   std::signal(SIGINT, [](int) { stop = true; });
   std::signal(SIGTERM, [](int) { stop = true; });
   try {
     if (role == "server") {
-      rpc::Server server = rpc::Server::listen(url);
+      int left = 0;
+      rpc::Options options;
+      options.on_session = [&](rpc::SessionId, rpc::SessionEvent e) {
+        if (e == rpc::SessionEvent::closed && ++left == sessions) stop = true;
+      };
+      rpc::Server server = rpc::Server::listen(url, options);
       std::printf("serving on %s\n", server.url().c_str());
       std::fflush(stdout);
       serve(server);
+      std::printf("served %d client%s\n", sessions, sessions == 1 ? "" : "s");
       return 0;
     }
     if (role == "client") return run_client(url, calls);

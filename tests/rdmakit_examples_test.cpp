@@ -2,6 +2,7 @@
 // softrdma, on one host and on two (network namespaces), both back ends for the client/server
 // example. Each run must end with both exit statuses 0 and the lines that report success.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <memory>
 #include <string>
@@ -20,8 +21,8 @@ using rdmakit::testing::TwoHosts;
 
 struct Example {
   std::string name;
-  std::string server;  // {port} is replaced by a free port
-  std::string client;  // {server} by the server's address
+  std::string server;  // "{port}" (also inside a word) is replaced by a free port
+  std::string client;  // "{server}" by the server's address
   std::vector<std::string> server_says;
   std::vector<std::string> client_says;
 };
@@ -38,9 +39,12 @@ std::ostream& operator<<(std::ostream& os, const Case& c) {
 std::vector<std::string> command(std::vector<std::string> argv, const std::string& line, int port,
                                  const std::string& server) {
   argv.push_back(SOFTRDMA_RUN);
+  auto replace = [](std::string& word, const std::string& from, const std::string& to) {
+    if (size_t at = word.find(from); at != std::string::npos) word.replace(at, from.size(), to);
+  };
   for (std::string word : rdmakit::testing::words(line)) {
-    if (word == "{port}") word = std::to_string(port);
-    if (word == "{server}") word = server;
+    replace(word, "{port}", std::to_string(port));
+    replace(word, "{server}", server);
     argv.push_back(word);
   }
   return argv;
@@ -87,6 +91,7 @@ std::vector<Example> examples() {
   const std::string kv = RDMAKIT_KV_LOOKUP;
   const std::string echo = RDMAKIT_COROUTINE_ECHO;
   const std::string first = RDMAKIT_FIRST_WRITE;
+  const std::string rpc_echo = RDMAKIT_RPC_ECHO;
   std::vector<Example> out;
   out.push_back({"first_write",
                  first + " server {port}",
@@ -121,6 +126,12 @@ std::vector<Example> examples() {
        {"server: client 6 connected", "server: echoed 1800 messages for 6 clients, 0 lost"},
        {"client: 6 connections", "client: 1800 round trips of 1000 B", "round trips/s",
         "client: every echo matched"}});
+  out.push_back({"rpc_echo_tcp",
+                 rpc_echo + " server tcp://0.0.0.0:{port} --sessions 1",
+                 rpc_echo + " client tcp://{server}:{port} --calls 2000",
+                 {"served 1 client"},
+                 {"call 1 -> \"WORD 1\"", "2000 calls answered, 0 failed",
+                  "2000 of 2000 coroutine calls answered correctly"}});
   return out;
 }
 
@@ -138,5 +149,28 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Rdmakit, Examples, ::testing::ValuesIn(cases()), case_name);
+
+// The RPC example over shared memory and in one process (no port to wait for).
+TEST(RpcEcho, ShmServerAndClientProcesses) {
+  const std::string url = "shm://rpc-echo-test-" + std::to_string(getpid());
+  Process server({RDMAKIT_RPC_ECHO, "server", url, "--sessions", "1"});
+  Exit client;
+  for (int attempt = 0; attempt < 100; ++attempt) {  // until the server listens
+    client = rdmakit::testing::run({RDMAKIT_RPC_ECHO, "client", url, "--calls", "2000"}, 60s);
+    if (client.output.find("nothing listens") == std::string::npos) break;
+    usleep(50000);
+  }
+  const Exit served = server.wait(30s);
+  EXPECT_TRUE(client.ok()) << client.describe();
+  EXPECT_TRUE(served.ok()) << served.describe();
+  expect_lines(client, {"2000 calls answered, 0 failed", "2000 of 2000 coroutine calls"}, "client");
+  expect_lines(served, {"served 1 client"}, "server");
+}
+
+TEST(RpcEcho, InprocBothInOneProcess) {
+  const Exit run = rdmakit::testing::run({RDMAKIT_RPC_ECHO, "both", "inproc://echo"}, 60s);
+  EXPECT_TRUE(run.ok()) << run.describe();
+  expect_lines(run, {"1000 calls answered, 0 failed", "1000 of 1000 coroutine calls"}, "rpc_echo");
+}
 
 }  // namespace
