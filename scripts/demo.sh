@@ -2,7 +2,8 @@
 # The main job: builds softrdma and runs RDMA programs on it, server and client on this
 # host — our client/server example over the RDMA connection manager (raw verbs, then the
 # same workflow with rdmakit), rdmakit's one-sided key-value lookup, then Debian's
-# unmodified perftest beside `rdmakit perf` — printing what they did and measured.
+# unmodified perftest beside `rdmakit perf`, then rdmakit rpc over each of its transports —
+# printing what they did and measured.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -69,3 +70,27 @@ pair "RDMA WRITE latency (perftest)" ib_write_lat -s 8 -n 20000
 pair "RDMA READ latency over RDMA CM (perftest -R)" ib_read_lat -s 8 -n 20000 -R
 pair "RDMA WRITE bandwidth (rdmakit perf, poll mode)" build/tools/rdmakit perf write_bw -s 65536 -n 20000
 pair "RDMA WRITE latency (rdmakit perf, coroutines)" build/tools/rdmakit perf write_lat -s 8 -n 20000 --mode coroutine
+
+echo
+echo "=== rdmakit rpc: examples/rpc_echo (two methods, a deferred reply, callbacks and a coroutine) ==="
+timeout 60 build/examples/rpc_echo both inproc://demo --calls 1000
+rpc_url="shm://rdmakit-demo-$$"
+timeout 60 build/examples/rpc_echo server "$rpc_url" --sessions 1 &
+server=$!
+for _ in $(seq 100); do
+  timeout 60 build/examples/rpc_echo client "$rpc_url" --calls 1000 2>/dev/null && break
+  sleep 0.05
+done
+wait "$server"
+
+rpc() {  # rpc TITLE URL ARGS...: rdmakit rpc-bench with its server on a thread of its own
+  local title=$1 url=$2; shift 2
+  echo
+  echo "=== RPC $title over $url ==="
+  timeout 60 build/tools/rdmakit rpc-bench "$url" --local "$@" | grep -E "^ *#bytes|^ *[0-9]"
+}
+for url in inproc://demo "shm://rdmakit-demo-$$" tcp://127.0.0.1:0; do
+  rpc "round trip, one call in flight" "$url" -t latency -D 1
+  rpc "rate, 32 calls in flight" "$url" -t rate -q 32 -D 1
+done
+rpc "bandwidth, 1 MiB requests" "shm://rdmakit-demo-$$" -t bandwidth -q 4 -D 1

@@ -76,8 +76,9 @@ void Engine::on_response(Session& s, const FrameHeader& h, std::span<const std::
     Response r;
     r.user_data = c->user_data;
     r.session = s.id;
-    r.status.code = static_cast<Code>(h.status);
-    if (r.status.ok()) {
+    if (c->state == SlotState::cancelling) {
+      r.status = {Code::cancelled, "cancelled by the caller"};  // as cancel() promised
+    } else if (r.status.code = static_cast<Code>(h.status); r.status.ok()) {
       r.data = payload;
     } else {
       r.status.message = {reinterpret_cast<const char*>(payload.data()), payload.size()};
