@@ -102,16 +102,16 @@ void RingLink::flush() {
   bool any = false;
   for (Out& o : out_) {
     if (o.pending != o.published) {
-      o.tail->value.store(o.pending, std::memory_order_release);
+      // Sequentially consistent, as are the peer's store of its sleeping flag and its look at
+      // our tail before it sleeps (set_sleeping(), has_input()): either the peer sees these
+      // frames before it sleeps, or we see that it sleeps and signal it.
+      o.tail->value.store(o.pending, std::memory_order_seq_cst);
       o.published = o.pending;
       any = true;
     }
   }
   if (!any) return;
-  // Pairs with the fence in set_sleeping(): either the peer sees our frames before it
-  // sleeps, or we see that it sleeps and signal it.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  peer_->published(segment_.header().sleeping[1 - side_].value.load(std::memory_order_relaxed) !=
+  peer_->published(segment_.header().sleeping[1 - side_].value.load(std::memory_order_seq_cst) !=
                    0);
 }
 
@@ -210,7 +210,7 @@ void RingLink::set_sleeping(bool sleeping) {
 
 bool RingLink::has_input() const {
   for (const In& in : in_) {
-    if (in.tail->value.load(std::memory_order_acquire) != in.head) return true;
+    if (in.tail->value.load(std::memory_order_seq_cst) != in.head) return true;
   }
   return false;
 }
