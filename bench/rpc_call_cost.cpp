@@ -37,7 +37,8 @@ int main(int argc, char** argv) {
     ++answered;
     if (issued < calls && client.call(request, 0, call).ok()) ++issued;
   };
-  for (uint32_t i = 0; i < depth && issued < calls; ++i) issued += client.call(request, 0, call).ok();
+  for (uint32_t i = 0; i < depth && issued < calls; ++i)
+    issued += client.call(request, 0, call).ok();
   while (answered < calls) {
     client.poll(on_response);
     server.poll();

@@ -32,7 +32,9 @@ constexpr uint32_t kUpper = 2;
 
 std::atomic<bool> stop{false};
 
-std::span<const std::byte> bytes(std::string_view s) { return std::as_bytes(std::span(s)); }
+std::span<const std::byte> bytes(std::string_view s) {
+  return std::as_bytes(std::span(s));
+}
 std::string_view text(std::span<const std::byte> b) {
   return {reinterpret_cast<const char*>(b.data()), b.size()};
 }

@@ -63,7 +63,9 @@ void measure_all_tests(const std::string& url, const std::string& extra = "",
   EXPECT_EQ(bw["response_bytes"], 8);
 }
 
-TEST(RpcBench, InprocInOneProcess) { measure_all_tests("inproc://bench", "--threads 1"); }
+TEST(RpcBench, InprocInOneProcess) {
+  measure_all_tests("inproc://bench", "--threads 1");
+}
 
 TEST(RpcBench, ShmBetweenProcesses) {
   const std::string url = "shm://rpc-bench-test-" + std::to_string(getpid());

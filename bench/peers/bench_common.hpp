@@ -26,11 +26,16 @@ inline Args parse_args(int argc, char** argv) {
   Args a;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--test") a.test = v;
-    else if (k == "--where") a.where = v;
-    else if (k == "--depth") a.depth = static_cast<unsigned>(std::atoi(v.c_str()));
-    else if (k == "--size") a.size = static_cast<size_t>(std::atol(v.c_str()));
-    else if (k == "--seconds") a.seconds = std::atof(v.c_str());
+    if (k == "--test")
+      a.test = v;
+    else if (k == "--where")
+      a.where = v;
+    else if (k == "--depth")
+      a.depth = static_cast<unsigned>(std::atoi(v.c_str()));
+    else if (k == "--size")
+      a.size = static_cast<size_t>(std::atol(v.c_str()));
+    else if (k == "--seconds")
+      a.seconds = std::atof(v.c_str());
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       std::exit(2);
@@ -47,8 +52,8 @@ class Meter {
   explicit Meter(const Args& a) : args_(a), start_(Clock::now()) {
     measure_from_ = start_ + std::chrono::duration_cast<Clock::duration>(
                                  std::chrono::duration<double>(a.seconds * 0.1));
-    until_ = measure_from_ + std::chrono::duration_cast<Clock::duration>(
-                                 std::chrono::duration<double>(a.seconds));
+    until_ = measure_from_ +
+             std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.seconds));
   }
   // One completed call that started at `started` (latency runs time each call).
   void done(Clock::time_point started) {
@@ -74,14 +79,17 @@ class Meter {
     const double secs = std::chrono::duration<double>(last_ - first_).count();
     std::sort(rtts_.begin(), rtts_.end());
     auto pct = [&](double p) {
-      return rtts_.empty() ? 0.0 : rtts_[std::min(rtts_.size() - 1, static_cast<size_t>(p * static_cast<double>(rtts_.size())))];
+      return rtts_.empty()
+                 ? 0.0
+                 : rtts_[std::min(rtts_.size() - 1,
+                                  static_cast<size_t>(p * static_cast<double>(rtts_.size())))];
     };
     std::printf(
         "{\"system\":\"%s\",\"where\":\"%s\",\"test\":\"%s\",\"depth\":%u,\"size\":%zu,"
         "\"calls\":%llu,\"calls_per_second\":%.1f,\"latency_us\":{\"median\":%.3f,\"p99\":%.3f}}\n",
         system.c_str(), args_.where.c_str(), args_.test.c_str(), args_.depth, args_.size,
-        static_cast<unsigned long long>(calls_), secs > 0 ? static_cast<double>(calls_) / secs : 0.0,
-        pct(0.5), pct(0.99));
+        static_cast<unsigned long long>(calls_),
+        secs > 0 ? static_cast<double>(calls_) / secs : 0.0, pct(0.5), pct(0.99));
     std::fflush(stdout);
   }
 

@@ -21,7 +21,8 @@ class EchoImpl final : public Echo::Server {
   }
 };
 
-kj::Promise<void> keep_calling(Echo::Client& echo, kj::ArrayPtr<const kj::byte> data, Meter& meter) {
+kj::Promise<void> keep_calling(Echo::Client& echo, kj::ArrayPtr<const kj::byte> data,
+                               Meter& meter) {
   auto request = echo.callRequest();
   request.setData(data);
   return request.send().then([&echo, data, &meter](auto&&) -> kj::Promise<void> {

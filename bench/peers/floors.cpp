@@ -76,7 +76,8 @@ void cacheline(const Args& a) {
   std::atomic<bool> stop{false};
   std::thread other([&] {
     for (uint64_t v = 1; !stop.load(std::memory_order_relaxed);) {
-      if (line.load(std::memory_order_acquire) == v) line.store(++v, std::memory_order_release), ++v;
+      if (line.load(std::memory_order_acquire) == v)
+        line.store(++v, std::memory_order_release), ++v;
     }
   });
   Meter meter(a);
@@ -112,7 +113,8 @@ void tcp(const Args& a) {
       const ssize_t n = recv(s, buffer.data(), buffer.size(), 0);
       if (n > 0) {
         for (ssize_t off = 0; off < n;) {
-          const ssize_t w = send(s, buffer.data() + off, static_cast<size_t>(n - off), MSG_NOSIGNAL);
+          const ssize_t w =
+              send(s, buffer.data() + off, static_cast<size_t>(n - off), MSG_NOSIGNAL);
           if (w > 0) off += w;
         }
       } else if (n == 0) {
@@ -143,8 +145,10 @@ void tcp(const Args& a) {
     if (n <= 0) continue;
     pending_bytes -= static_cast<size_t>(n);
     if (pending_bytes == 0) {
-      if (a.test == "latency") meter.done(started);
-      else meter.done_many(a.depth);
+      if (a.test == "latency")
+        meter.done(started);
+      else
+        meter.done_many(a.depth);
     }
   }
   stop = true;
@@ -168,7 +172,8 @@ int main(int argc, char** argv) {
     server.join();
     delete r;
   } else if (a.where == "shm") {
-    void* mem = mmap(nullptr, sizeof(Rings), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    void* mem =
+        mmap(nullptr, sizeof(Rings), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     auto* r = new (mem) Rings;
     const pid_t child = fork();
     if (child == 0) {

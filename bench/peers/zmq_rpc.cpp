@@ -13,9 +13,12 @@ int main(int argc, char** argv) {
   const Args a = parse_args(argc, argv);
   void* ctx = zmq_ctx_new();
   std::string endpoint;
-  if (a.where == "inproc") endpoint = "inproc://bench";
-  else if (a.where == "ipc") endpoint = "ipc:///tmp/rdmakit-zmq-bench-" + std::to_string(getpid());
-  else endpoint = "tcp://127.0.0.1:*";
+  if (a.where == "inproc")
+    endpoint = "inproc://bench";
+  else if (a.where == "ipc")
+    endpoint = "ipc:///tmp/rdmakit-zmq-bench-" + std::to_string(getpid());
+  else
+    endpoint = "tcp://127.0.0.1:*";
   void* router = zmq_socket(ctx, ZMQ_ROUTER);
   const int zero = 0;
   zmq_setsockopt(router, ZMQ_LINGER, &zero, sizeof zero);
@@ -49,8 +52,10 @@ int main(int argc, char** argv) {
   }
   for (size_t next = 0; !meter.finished(); next = (next + 1) % a.depth) {
     zmq_recv(dealer, reply.data(), reply.size(), 0);
-    if (a.test == "latency") meter.done(started[next]);
-    else meter.done_many(1);
+    if (a.test == "latency")
+      meter.done(started[next]);
+    else
+      meter.done_many(1);
     started[next] = a.test == "latency" ? Clock::now() : Clock::time_point{};
     zmq_send(dealer, request.data(), request.size(), 0);
   }

@@ -25,10 +25,13 @@ std::error_code echo(RecvHandle h) {
 }
 
 template <typename Handle>
-concept CanReply = requires(std::span<const std::byte> b) { std::declval<Handle>().reply(b); };
+concept CanReply = requires(std::span<const std::byte> b) {
+  std::declval<Handle>().reply(b);
+};
 static_assert(!CanReply<RecvHandle&>, "reply() consumes the handle: not callable on an lvalue");
 static_assert(CanReply<RecvHandle&&>);
-static_assert(!std::is_copy_constructible_v<RecvHandle> && !std::is_copy_constructible_v<RequestToken>);
+static_assert(!std::is_copy_constructible_v<RecvHandle> &&
+              !std::is_copy_constructible_v<RequestToken>);
 
 TEST_P(RpcTest, EchoCarriesUserDataAndStatus) {
   Server server = Server::listen(url());
@@ -134,9 +137,8 @@ TEST_P(RpcTest, MethodsGoToTheirHandlersAndUnhandledOnesCanBeRefused) {
   Server server = Server::listen(url(), options);
   server.handle(1, [](RecvHandle h) { EXPECT_FALSE(std::move(h).reply(bytes("one"))); });
   server.handle(2, [](RecvHandle h) {
-    EXPECT_FALSE(std::move(h).reply_with(3, [](std::span<std::byte> out) {
-      std::memcpy(out.data(), "two", 3);
-    }));
+    EXPECT_FALSE(std::move(h).reply_with(
+        3, [](std::span<std::byte> out) { std::memcpy(out.data(), "two", 3); }));
   });
   Client client = Client::connect(server.url());
   for (uint32_t method : {1u, 2u, 3u}) {
@@ -147,7 +149,9 @@ TEST_P(RpcTest, MethodsGoToTheirHandlersAndUnhandledOnesCanBeRefused) {
   std::map<uint64_t, std::pair<Code, std::string>> got;
   ASSERT_TRUE(poll_until(
       server, {&client}, [&] { return got.size() == 3; },
-      [&](const Response& r) { got[r.user_data] = {r.status.code, text(r.data)}; }));
+      [&](const Response& r) {
+        got[r.user_data] = {r.status.code, text(r.data)};
+      }));
   EXPECT_EQ(got[1], std::make_pair(Code::ok, std::string("one")));
   EXPECT_EQ(got[2], std::make_pair(Code::ok, std::string("two")));
   EXPECT_EQ(got[3].first, Code::unimplemented);
@@ -276,7 +280,8 @@ TEST_P(RpcTest, EightMebibyteMessagesBothWays) {
       server, {&client},
       [&] {
         if (auto h = server.recv()) {
-          EXPECT_TRUE(std::equal(h->data().begin(), h->data().end(), request.begin(), request.end()));
+          EXPECT_TRUE(
+              std::equal(h->data().begin(), h->data().end(), request.begin(), request.end()));
           // The reply is the request reversed, built in place.
           const std::span<const std::byte> in = h->data();
           EXPECT_FALSE(std::move(*h).reply_with(in.size(), [&](std::span<std::byte> out) {
@@ -300,7 +305,8 @@ TEST_P(RpcTest, EitherSideOfASessionMayCallTheOther) {
   Server server = Server::listen(url());
   Client client = Client::connect(server.url());
   // The client serves too.
-  client.handle(7, [](RecvHandle h) { EXPECT_FALSE(std::move(h).reply(bytes("from the client"))); });
+  client.handle(7,
+                [](RecvHandle h) { EXPECT_FALSE(std::move(h).reply(bytes("from the client"))); });
   ASSERT_TRUE(client.call(bytes("hello"), 1).ok());
   std::optional<SessionId> session;
   std::string server_got;
@@ -317,9 +323,7 @@ TEST_P(RpcTest, EitherSideOfASessionMayCallTheOther) {
         }
         return !server_got.empty() && !client_got.empty();
       },
-      [&](const Response& r) {
-        (r.user_data == 99 ? server_got : client_got) = text(r.data);
-      }));
+      [&](const Response& r) { (r.user_data == 99 ? server_got : client_got) = text(r.data); }));
   EXPECT_EQ(server_got, "from the client");
   EXPECT_EQ(client_got, "re:hello");
 }

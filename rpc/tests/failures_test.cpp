@@ -178,7 +178,8 @@ TEST_P(RpcTest, AClientThatDiesWithCallsInFlightIsClosedAndOthersAreServed) {
   ASSERT_FALSE(events.empty());
   EXPECT_EQ(events.back(), std::make_pair(doomed_session, SessionEvent::closed));
   // Replying to the dead client's requests reports the closed session and frees them.
-  for (RequestToken& t : held) EXPECT_EQ(server.reply(std::move(t), bytes("x")), Errc::session_closed);
+  for (RequestToken& t : held)
+    EXPECT_EQ(server.reply(std::move(t), bytes("x")), Errc::session_closed);
   // Another client is served as before.
   Client other = Client::connect(server.url());
   ASSERT_TRUE(other.call(bytes("still there?"), 9).ok());
@@ -202,8 +203,9 @@ TEST_P(RpcTest, AServerThatDiesCompletesEveryPendingCallWithAnError) {
     server->poll();
     server.reset();
     int failed = 0;
-    ASSERT_TRUE(poll_until(client, {}, [&] { return failed == 3; },
-                           [&](const Response& r) { failed += r.status.code == Code::unavailable; }));
+    ASSERT_TRUE(poll_until(
+        client, {}, [&] { return failed == 3; },
+        [&](const Response& r) { failed += r.status.code == Code::unavailable; }));
     return;
   }
   int address_pipe[2];
@@ -231,8 +233,9 @@ TEST_P(RpcTest, AServerThatDiesCompletesEveryPendingCallWithAnError) {
   std::this_thread::sleep_for(20ms);
   kill_and_reap(child);
   std::map<uint64_t, Code> codes;
-  ASSERT_TRUE(poll_until(client, {}, [&] { return codes.size() == 3; },
-                         [&](const Response& r) { codes[r.user_data] = r.status.code; }));
+  ASSERT_TRUE(poll_until(
+      client, {}, [&] { return codes.size() == 3; },
+      [&](const Response& r) { codes[r.user_data] = r.status.code; }));
   for (auto& [id, code] : codes) EXPECT_EQ(code, Code::unavailable) << id;
   EXPECT_FALSE(client.connected());
   EXPECT_EQ(client.call(bytes("y"), 4).error, Errc::session_closed);

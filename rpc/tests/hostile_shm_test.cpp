@@ -39,21 +39,35 @@ std::vector<Mapping> session_mappings() {
     const size_t dash = range.find('-');
     const auto begin = std::stoull(range.substr(0, dash), nullptr, 16);
     const auto end = std::stoull(range.substr(dash + 1), nullptr, 16);
-    found.push_back({reinterpret_cast<std::byte*>(begin), end - begin, std::stoull(offset, nullptr, 16)});
+    found.push_back(
+        {reinterpret_cast<std::byte*>(begin), end - begin, std::stoull(offset, nullptr, 16)});
   }
   return found;
 }
 
-enum class Attack { tail_beyond_ring, tail_backwards, oversized_frame, bad_kind, forged_out_of_line, garbage };
+enum class Attack {
+  tail_beyond_ring,
+  tail_backwards,
+  oversized_frame,
+  bad_kind,
+  forged_out_of_line,
+  garbage
+};
 
 std::string attack_name(const ::testing::TestParamInfo<Attack>& info) {
   switch (info.param) {
-    case Attack::tail_beyond_ring: return "TailBeyondRing";
-    case Attack::tail_backwards: return "TailBackwards";
-    case Attack::oversized_frame: return "OversizedFrame";
-    case Attack::bad_kind: return "BadKind";
-    case Attack::forged_out_of_line: return "ForgedOutOfLine";
-    case Attack::garbage: return "Garbage";
+    case Attack::tail_beyond_ring:
+      return "TailBeyondRing";
+    case Attack::tail_backwards:
+      return "TailBackwards";
+    case Attack::oversized_frame:
+      return "OversizedFrame";
+    case Attack::bad_kind:
+      return "BadKind";
+    case Attack::forged_out_of_line:
+      return "ForgedOutOfLine";
+    case Attack::garbage:
+      return "Garbage";
   }
   return "unknown";
 }

@@ -22,16 +22,23 @@ enum class Bad { garbage_hello, unknown_kind, oversized_length, unknown_flags, t
 
 std::string bad_name(const ::testing::TestParamInfo<Bad>& info) {
   switch (info.param) {
-    case Bad::garbage_hello: return "GarbageHello";
-    case Bad::unknown_kind: return "UnknownKind";
-    case Bad::oversized_length: return "OversizedLength";
-    case Bad::unknown_flags: return "UnknownFlags";
-    case Bad::truncated_frame: return "TruncatedFrame";
+    case Bad::garbage_hello:
+      return "GarbageHello";
+    case Bad::unknown_kind:
+      return "UnknownKind";
+    case Bad::oversized_length:
+      return "OversizedLength";
+    case Bad::unknown_flags:
+      return "UnknownFlags";
+    case Bad::truncated_frame:
+      return "TruncatedFrame";
   }
   return "unknown";
 }
 
-int port_of(const std::string& url) { return std::stoi(url.substr(url.rfind(':') + 1)); }
+int port_of(const std::string& url) {
+  return std::stoi(url.substr(url.rfind(':') + 1));
+}
 
 int connect_raw(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -53,7 +60,9 @@ TEST_P(HostileTcpPeer, LosesItsSessionWhileTheServerServesOthers) {
   int opened = 0, closed = 0;
   Options options;
   options.max_message_bytes = 1 << 20;
-  options.on_session = [&](SessionId, SessionEvent e) { (e == SessionEvent::opened ? opened : closed)++; };
+  options.on_session = [&](SessionId, SessionEvent e) {
+    (e == SessionEvent::opened ? opened : closed)++;
+  };
   Server server = Server::listen("tcp://127.0.0.1:0", options);
   const int fd = connect_raw(port_of(server.url()));
   const detail::TcpHello hello{detail::kTcpHelloMagic, detail::kTcpHelloVersion, options.window,
@@ -98,8 +107,9 @@ TEST_P(HostileTcpPeer, LosesItsSessionWhileTheServerServesOthers) {
   while (!settled && std::chrono::steady_clock::now() - start < std::chrono::seconds(5)) {
     server.poll();
     EXPECT_FALSE(server.recv().has_value());
-    settled = GetParam() == Bad::garbage_hello ? std::chrono::steady_clock::now() - start > std::chrono::milliseconds(100)
-                                               : closed == 1;
+    settled = GetParam() == Bad::garbage_hello
+                  ? std::chrono::steady_clock::now() - start > std::chrono::milliseconds(100)
+                  : closed == 1;
   }
   EXPECT_TRUE(settled);
   EXPECT_EQ(opened, GetParam() == Bad::garbage_hello ? 0 : 1);

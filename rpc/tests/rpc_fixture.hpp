@@ -16,7 +16,9 @@
 
 namespace rdmakit::rpc::testing {
 
-inline std::span<const std::byte> bytes(std::string_view s) { return std::as_bytes(std::span(s)); }
+inline std::span<const std::byte> bytes(std::string_view s) {
+  return std::as_bytes(std::span(s));
+}
 inline std::string text(std::span<const std::byte> b) {
   return {reinterpret_cast<const char*>(b.data()), b.size()};
 }

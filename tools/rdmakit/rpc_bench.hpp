@@ -18,18 +18,18 @@ enum class RpcTest { latency, rate, bandwidth };
 
 struct RpcBenchOptions {
   std::string url;
-  bool serve = false;      // only serve
-  bool local = false;      // start the server(s) in this process
+  bool serve = false;  // only serve
+  bool local = false;  // start the server(s) in this process
   RpcTest test = RpcTest::latency;
-  uint64_t size = 0;       // request payload; 0: the test's default
+  uint64_t size = 0;           // request payload; 0: the test's default
   int64_t response_size = -1;  // -1: the test's default
-  uint32_t clients = 1;    // sessions per client thread
-  uint32_t depth = 1;      // calls in flight per session
-  uint32_t threads = 1;    // client threads (and server threads with --local / --serve)
-  double duration = 2.0;   // seconds measured (after a 10 % warm-up)
-  uint64_t iterations = 0; // latency: stop after this many calls instead
+  uint32_t clients = 1;        // sessions per client thread
+  uint32_t depth = 1;          // calls in flight per session
+  uint32_t threads = 1;        // client threads (and server threads with --local / --serve)
+  double duration = 2.0;       // seconds measured (after a 10 % warm-up)
+  uint64_t iterations = 0;     // latency: stop after this many calls instead
   rpc::Mode mode = rpc::Mode::busy_poll;
-  uint32_t ring_bytes = 0; // 0: the library's default
+  uint32_t ring_bytes = 0;  // 0: the library's default
   bool json = false;
 };
 

@@ -13,13 +13,13 @@ void add_rpc_bench_options(CLI::App& app, RpcBenchOptions& o) {
       {"latency", RpcTest::latency}, {"rate", RpcTest::rate}, {"bandwidth", RpcTest::bandwidth}};
   app.add_option("-t,--test", o.test, "latency (default), rate or bandwidth")
       ->transform(CLI::CheckedTransformer(tests, CLI::ignore_case));
-  app.add_option("-s,--size", o.size,
-                 "request bytes (default 32; bandwidth: 1048576)");
+  app.add_option("-s,--size", o.size, "request bytes (default 32; bandwidth: 1048576)");
   app.add_option("-r,--response-size", o.response_size,
                  "response bytes (default: the request's size; bandwidth: 8)");
   app.add_option("-c,--clients", o.clients, "sessions per client thread")
       ->check(CLI::Range(1u, 4096u));
-  app.add_option("-q,--depth", o.depth, "calls in flight per session")->check(CLI::Range(1u, 4096u));
+  app.add_option("-q,--depth", o.depth, "calls in flight per session")
+      ->check(CLI::Range(1u, 4096u));
   app.add_option("--threads", o.threads, "client threads (and server threads)")
       ->check(CLI::Range(1u, 64u));
   app.add_option("-D,--duration", o.duration, "seconds to measure (after a 10 % warm-up)")

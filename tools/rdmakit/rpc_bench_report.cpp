@@ -18,7 +18,9 @@ const char* test_name(RpcTest t) {
   }
   return "?";
 }
-const char* mode_name(rpc::Mode m) { return m == rpc::Mode::busy_poll ? "busy_poll" : "blocking"; }
+const char* mode_name(rpc::Mode m) {
+  return m == rpc::Mode::busy_poll ? "busy_poll" : "blocking";
+}
 constexpr const char* kRule =
     "---------------------------------------------------------------------------------------";
 
@@ -68,7 +70,8 @@ void RpcReport::print(const RpcBenchOptions& o, const RpcResult& r) {
     std::printf("%s\n", kRule);
     if (o.test == RpcTest::latency) {
       std::printf(" %-8s %-10s %-10s %-12s %-10s %-12s %-10s %-10s\n", "#bytes", "#calls",
-                  "t_min[us]", "t_median[us]", "t_p99[us]", "t_p99.9[us]", "t_max[us]", "t_avg[us]");
+                  "t_min[us]", "t_median[us]", "t_p99[us]", "t_p99.9[us]", "t_max[us]",
+                  "t_avg[us]");
       std::printf(" %-8llu %-10llu %-10.2f %-12.2f %-10.2f %-12.2f %-10.2f %-10.2f\n",
                   static_cast<unsigned long long>(r.request_bytes),
                   static_cast<unsigned long long>(r.calls), r.latency.min, r.latency.typical,

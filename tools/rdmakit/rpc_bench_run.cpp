@@ -4,6 +4,7 @@
 // since reading the clock costs as much as a call.
 #include <csignal>
 #include <cstring>
+#include <exception>
 #include <optional>
 #include <stdexcept>
 #include <thread>
@@ -91,7 +92,8 @@ rpc::Client connect_retrying(const std::string& url, const rpc::Options& options
   const auto give_up = std::chrono::steady_clock::now() + 5s;
   for (;;) {
     std::error_code error;
-    if (std::optional<rpc::Client> c = rpc::Client::connect(url, options, error)) return std::move(*c);
+    if (std::optional<rpc::Client> c = rpc::Client::connect(url, options, error))
+      return std::move(*c);
     if (error != rpc::Errc::not_listening || std::chrono::steady_clock::now() > give_up)
       throw std::runtime_error("connect " + url + ": " + error.message());
     std::this_thread::sleep_for(10ms);
@@ -176,7 +178,7 @@ void drive(const RpcBenchOptions& o, const std::string& url, uint64_t response, 
 
 void run_rpc_bench(RpcBenchOptions& o) {
   if (o.size == 0) o.size = o.test == RpcTest::bandwidth ? (1u << 20) : 32;
-  const uint64_t response = o.response_size >= 0 ? static_cast<uint64_t>(o.response_size)
+  const uint64_t response = o.response_size >= 0           ? static_cast<uint64_t>(o.response_size)
                             : o.test == RpcTest::bandwidth ? 8
                                                            : o.size;
   if (o.test == RpcTest::latency && !o.serve) o.clients = 1, o.depth = 1;
@@ -202,12 +204,22 @@ void run_rpc_bench(RpcBenchOptions& o) {
     url = servers->url;
   }
   std::vector<ClientRun> runs(o.threads);
+  std::vector<std::exception_ptr> failures(o.threads);
   std::vector<std::thread> threads;
   for (uint32_t k = 0; k < o.threads; ++k) {
-    threads.emplace_back([&, k] { drive(o, server_url(url, k), response, runs[k]); });
+    threads.emplace_back([&, k] {
+      try {
+        drive(o, server_url(url, k), response, runs[k]);
+      } catch (...) {
+        failures[k] = std::current_exception();  // reported by the main thread
+      }
+    });
   }
   for (std::thread& t : threads) t.join();
   servers.reset();
+  for (const std::exception_ptr& failure : failures) {
+    if (failure) std::rethrow_exception(failure);
+  }
 
   std::vector<Measurement> measurements;
   RpcResult result;
@@ -218,8 +230,9 @@ void run_rpc_bench(RpcBenchOptions& o) {
     result.errors += r.errors;
     if (result.first_error.empty()) result.first_error = r.first_error;
     result.calls += r.measurement.ops;
-    result.seconds = std::max(result.seconds,
-                              std::chrono::duration<double>(r.measurement.end - r.measurement.start).count());
+    result.seconds =
+        std::max(result.seconds,
+                 std::chrono::duration<double>(r.measurement.end - r.measurement.start).count());
     measurements.push_back(std::move(r.measurement));
   }
   result.latency = latency(measurements);

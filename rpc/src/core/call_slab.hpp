@@ -16,22 +16,26 @@ inline constexpr uint32_t kMaxWindow = (1u << kSlotBits) - 1;
 constexpr uint32_t make_call_id(uint32_t slot, uint32_t generation) noexcept {
   return (generation << kSlotBits) | slot;
 }
-constexpr uint32_t slot_of(uint32_t call_id) noexcept { return call_id & ((1u << kSlotBits) - 1); }
-constexpr uint32_t generation_of(uint32_t call_id) noexcept { return call_id >> kSlotBits; }
+constexpr uint32_t slot_of(uint32_t call_id) noexcept {
+  return call_id & ((1u << kSlotBits) - 1);
+}
+constexpr uint32_t generation_of(uint32_t call_id) noexcept {
+  return call_id >> kSlotBits;
+}
 
 enum class SlotState : uint8_t {
   free,
-  pending,    // waiting for its response
-  orphaned,   // completed for the caller (timeout, cancel); its response may still arrive, and
-              // keeps its reply space and window slot until it does
-  cancelling, // cancel() asked; completes with Code::cancelled at the next poll()
+  pending,     // waiting for its response
+  orphaned,    // completed for the caller (timeout, cancel); its response may still arrive, and
+               // keeps its reply space and window slot until it does
+  cancelling,  // cancel() asked; completes with Code::cancelled at the next poll()
 };
 
 struct CallSlot {
   uint64_t user_data = 0;
   CallAwaitable* awaiter = nullptr;
   Clock::time_point deadline = Clock::time_point::max();
-  uint32_t reservation = 0;   // reply space held in our incoming response space
+  uint32_t reservation = 0;  // reply space held in our incoming response space
   uint32_t max_response = 0;
   uint16_t generation = 0;
   SlotState state = SlotState::free;

@@ -270,8 +270,7 @@ void CallAwaitable::await_suspend(std::coroutine_handle<> waiting) noexcept {
 }
 
 CallAwaitable::~CallAwaitable() {
-  if (engine_ != nullptr &&
-      (state_ == State::in_flight || state_ == State::waiting_for_window)) {
+  if (engine_ != nullptr && (state_ == State::in_flight || state_ == State::waiting_for_window)) {
     engine_->forget(*this);
   }
 }

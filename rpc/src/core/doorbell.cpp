@@ -13,7 +13,9 @@ Doorbell::Doorbell() : fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
   if (fd_ < 0) throw_verbs_error("eventfd", errno, "an rpc endpoint's doorbell");
 }
 
-Doorbell::~Doorbell() { close(fd_); }
+Doorbell::~Doorbell() {
+  close(fd_);
+}
 
 void Doorbell::ring() noexcept {
   const uint64_t one = 1;

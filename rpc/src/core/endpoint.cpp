@@ -35,22 +35,30 @@ Endpoint::Endpoint(Endpoint&&) noexcept = default;
 Endpoint& Endpoint::operator=(Endpoint&&) noexcept = default;
 Endpoint::~Endpoint() = default;
 
-int Endpoint::poll(OnResponse on_response) { return engine_->poll(&on_response); }
-int Endpoint::poll() { return engine_->poll(nullptr); }
+int Endpoint::poll(OnResponse on_response) {
+  return engine_->poll(&on_response);
+}
+int Endpoint::poll() {
+  return engine_->poll(nullptr);
+}
 int Endpoint::wait(std::chrono::microseconds timeout, OnResponse on_response) {
   return engine_->wait(timeout, &on_response);
 }
-int Endpoint::wait(std::chrono::microseconds timeout) { return engine_->wait(timeout, nullptr); }
+int Endpoint::wait(std::chrono::microseconds timeout) {
+  return engine_->wait(timeout, nullptr);
+}
 void Endpoint::on_response(std::function<void(const Response&)> callback) {
   engine_->set_default_callback(std::move(callback));
 }
-std::optional<RecvHandle> Endpoint::recv() noexcept { return engine_->recv(); }
+std::optional<RecvHandle> Endpoint::recv() noexcept {
+  return engine_->recv();
+}
 void Endpoint::handle(uint32_t method, std::function<void(RecvHandle)> handler) {
   engine_->handle(method, std::move(handler));
 }
 
-CallResult Endpoint::call(SessionId session, std::span<const std::byte> request,
-                          uint64_t user_data, const CallOptions& options) {
+CallResult Endpoint::call(SessionId session, std::span<const std::byte> request, uint64_t user_data,
+                          const CallOptions& options) {
   return engine_->call(
       session, request.size(),
       [request](std::span<std::byte> out) {
@@ -66,11 +74,13 @@ CallAwaitable Endpoint::call(SessionId session, std::span<const std::byte> reque
                              const CallOptions& options) noexcept {
   return CallAwaitable(engine_.get(), session, request, options);
 }
-bool Endpoint::cancel(CallId id) noexcept { return engine_->cancel(id); }
+bool Endpoint::cancel(CallId id) noexcept {
+  return engine_->cancel(id);
+}
 
 std::error_code Endpoint::reply(RequestToken&& token, std::span<const std::byte> response) {
   RDMAKIT_REQUIRE(token.held_.engine != nullptr, "rpc: reply with an empty RequestToken");
-  return RecvHandle(std::exchange(token.held_, {})).reply(response) ;
+  return RecvHandle(std::exchange(token.held_, {})).reply(response);
 }
 std::error_code Endpoint::reply_with(RequestToken&& token, size_t size, Fill fill) {
   RDMAKIT_REQUIRE(token.held_.engine != nullptr, "rpc: reply with an empty RequestToken");
@@ -81,17 +91,23 @@ std::error_code Endpoint::reply_error(RequestToken&& token, Code code, std::stri
   return RecvHandle(std::exchange(token.held_, {})).reply_error(code, message);
 }
 
-size_t Endpoint::session_count() const noexcept { return engine_->session_count(); }
+size_t Endpoint::session_count() const noexcept {
+  return engine_->session_count();
+}
 bool Endpoint::is_open(SessionId session) const noexcept {
   const detail::Session* s = engine_->find(session);
   return s != nullptr && s->open && !s->close_requested;
 }
-void Endpoint::close(SessionId session) noexcept { engine_->request_close(session); }
+void Endpoint::close(SessionId session) noexcept {
+  engine_->request_close(session);
+}
 uint32_t Endpoint::in_flight(SessionId session) const noexcept {
   const detail::Session* s = engine_->find(session);
   return s != nullptr ? s->calls.in_use() : 0;
 }
-const Options& Endpoint::options() const noexcept { return engine_->options(); }
+const Options& Endpoint::options() const noexcept {
+  return engine_->options();
+}
 
 std::optional<Server> Server::listen(std::string_view url, const Options& options,
                                      std::error_code& error) {
@@ -116,7 +132,9 @@ Server Server::listen(std::string_view url, const Options& options) {
   return std::move(*server);
 }
 
-const std::string& Server::url() const noexcept { return engine().url(); }
+const std::string& Server::url() const noexcept {
+  return engine().url();
+}
 
 Client::Client(std::unique_ptr<detail::Engine> engine, SessionId session) noexcept
     : Endpoint(std::move(engine)), session_(session) {}

@@ -33,9 +33,10 @@ struct Session {
   bool open = true;
   bool close_requested = false;
   CallSlab calls;
-  size_t reserved = 0;      // reply space reserved by our calls in flight (and a probe)
-  uint32_t held = 0;        // the peer's requests not yet released by the application
-  bool dirty = false;       // frames committed, not flushed
+  size_t reserved = 0;  // reply space reserved by our calls in flight (and a probe)
+  uint32_t held = 0;    // the peer's requests not yet released by the application
+  bool dirty = false;   // frames committed, not flushed
+  bool marked = false;  // visited only when its peer marks it ready (else every round)
   Clock::time_point last_heard{};
   Clock::time_point probe_sent{};
   bool probing = false;
@@ -93,6 +94,7 @@ class Engine final : private FrameSink {
                 uint64_t cookie) override;
 
   // engine_poll.cpp
+  int visit(Session& s);
   void mark_dirty(Session& s) noexcept;
   void flush_dirty() noexcept;
   void sweep();
@@ -128,7 +130,9 @@ class Engine final : private FrameSink {
   std::vector<uint32_t> generations_;               // next generation per index
   size_t open_sessions_ = 0;
   std::vector<Session*> dirty_;
-  Fifo<HeldRequest> queue_;  // requests for recv(), in arrival order
+  std::vector<uint32_t> scanned_;  // sessions not marked ready by their peer: visited every round
+  size_t ready_words_ = 0;         // words of the doorbell's ready set in use
+  Fifo<HeldRequest> queue_;        // requests for recv(), in arrival order
   std::unordered_map<uint32_t, std::function<void(RecvHandle)>> handlers_;
   std::function<void(const Response&)> default_callback_;
 

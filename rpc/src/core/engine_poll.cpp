@@ -4,9 +4,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 
 #include "core/engine.hpp"
+#include "core/publish_order.hpp"
 #include "rdmakit/error.hpp"
 
 namespace rdmakit::rpc::detail {
@@ -44,7 +46,8 @@ Engine::~Engine() {
     for (uint32_t i = 0; i < s->calls.size(); ++i) {
       if (CallAwaitable* a = s->calls[i].awaiter) a->engine_ = nullptr;
     }
-    for (CallAwaitable* a = s->waiters_head; a != nullptr; a = a->next_waiter_) a->engine_ = nullptr;
+    for (CallAwaitable* a = s->waiters_head; a != nullptr; a = a->next_waiter_)
+      a->engine_ = nullptr;
   }
   // Queued requests release their bytes; the links go with the sessions.
   while (!queue_.empty()) queue_.pop();
@@ -78,9 +81,15 @@ void Engine::mark_dirty(Session& s) noexcept {
 }
 
 void Engine::flush_dirty() noexcept {
+  if (dirty_.empty()) return;
+  size_t to_notify = 0;
   for (Session* s : dirty_) {
     s->dirty = false;
-    s->link->flush();
+    if (s->link->flush()) dirty_[to_notify++] = s;
+  }
+  if (to_notify != 0) {
+    publish_fence();
+    for (size_t i = 0; i < to_notify; ++i) dirty_[i]->link->notify();
   }
   dirty_.clear();
 }
@@ -92,20 +101,30 @@ int Engine::poll(OnResponse* on_response) {
   now_ = clock_.now();
   flush_dirty();
   int handled = 0;
-  for (size_t i = 0; i < sessions_.size(); ++i) {
-    Session* s = sessions_[i].get();
-    if (s == nullptr || !s->open) continue;
-    receiving_ = s;
-    handled += s->link->receive(*this, kReceiveBudget);
-    receiving_ = nullptr;
-    if (std::error_code failure = s->link->failure()) close_session(*s, failure);
-    if (s->waiters_head != nullptr) issue_waiting_calls(*s);
+  // Sessions whose peer marks them ready are visited when marked, the others every round.
+  for (size_t w = 0; w < ready_words_; ++w) {
+    for (uint64_t bits = doorbell_->take_ready(w); bits != 0; bits &= bits - 1) {
+      const auto index = static_cast<uint32_t>(w * 64 + std::countr_zero(bits));
+      if (Session* s = sessions_[index].get()) handled += visit(*s);
+    }
   }
+  for (size_t i = 0; i < scanned_.size(); ++i) handled += visit(*sessions_[scanned_[i]]);
   if (now_ >= next_sweep_ || cancels_pending_) sweep();
   flush_dirty();
   in_poll_ = false;
   on_response_ = nullptr;
   return handled;
+}
+
+int Engine::visit(Session& s) {
+  if (!s.open) return 0;
+  receiving_ = &s;
+  const int n = s.link->receive(*this, kReceiveBudget);
+  receiving_ = nullptr;
+  if (s.marked && n == kReceiveBudget) doorbell_->mark_ready(s.id.index);  // more may wait
+  if (std::error_code failure = s.link->failure()) close_session(s, failure);
+  if (s.waiters_head != nullptr) issue_waiting_calls(s);
+  return n;
 }
 
 void Engine::sweep() {
@@ -148,7 +167,8 @@ void Engine::sleep_until(Clock::time_point deadline) {
     if (busy) until = std::min(until, Clock::now() + kSleepSlice);
     const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now());
     epoll_event events[16];
-    const int n = epoll_wait(epoll_fd_, events, 16, static_cast<int>(std::max<int64_t>(left.count(), 0)));
+    const int n =
+        epoll_wait(epoll_fd_, events, 16, static_cast<int>(std::max<int64_t>(left.count(), 0)));
     for (int i = 0; i < n; ++i) {
       if (events[i].data.fd == doorbell_->fd()) doorbell_->clear();
     }

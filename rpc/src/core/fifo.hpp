@@ -1,5 +1,5 @@
 // A growable circular FIFO: amortised allocation-free once it has reached its working size
-// (std::deque allocates a block every few elements).
+// (std::deque allocates a block every few elements). Its capacity is a power of two.
 #pragma once
 
 #include <cstddef>
@@ -15,12 +15,12 @@ class Fifo {
   size_t size() const noexcept { return count_; }
   void push(T value) {
     if (count_ == items_.size()) grow();
-    items_[(first_ + count_) % items_.size()] = std::move(value);
+    items_[(first_ + count_) & (items_.size() - 1)] = std::move(value);
     ++count_;
   }
   T pop() noexcept {
     T value = std::move(items_[first_]);
-    first_ = (first_ + 1) % items_.size();
+    first_ = (first_ + 1) & (items_.size() - 1);
     --count_;
     return value;
   }
@@ -37,7 +37,9 @@ class Fifo {
  private:
   void grow() {
     std::vector<T> bigger(items_.empty() ? 16 : items_.size() * 2);
-    for (size_t i = 0; i < count_; ++i) bigger[i] = std::move(items_[(first_ + i) % items_.size()]);
+    for (size_t i = 0; i < count_; ++i) {
+      bigger[i] = std::move(items_[(first_ + i) & (items_.size() - 1)]);
+    }
     items_ = std::move(bigger);
     first_ = 0;
   }

@@ -20,22 +20,24 @@ enum FrameFlags : uint16_t {
 };
 
 struct FrameHeader {
-  uint32_t length;        // payload bytes
+  uint32_t length;  // payload bytes
   FrameKind kind;
-  uint8_t status;         // responses: a Code
+  uint8_t status;  // responses: a Code
   uint16_t flags;
   uint32_t call_id;       // the caller's slot and generation (see call_slab.hpp)
   uint32_t method;        // requests: the method
   uint32_t max_response;  // requests: the reply space the caller reserved
   uint32_t reserved;
-  uint64_t out_of_line;   // transport-defined reference to an out-of-line payload
+  uint64_t out_of_line;  // transport-defined reference to an out-of-line payload
 };
 static_assert(sizeof(FrameHeader) == 32, "a 32-byte RPC must fit one 64-byte cache line");
 
 inline constexpr size_t kFrameAlign = 16;
 static_assert(sizeof(FrameHeader) % kFrameAlign == 0, "payloads start aligned");
 
-constexpr size_t padded(size_t n) noexcept { return (n + kFrameAlign - 1) & ~(kFrameAlign - 1); }
+constexpr size_t padded(size_t n) noexcept {
+  return (n + kFrameAlign - 1) & ~(kFrameAlign - 1);
+}
 /// Bytes a frame with `payload` inline bytes occupies.
 constexpr size_t frame_bytes(size_t payload) noexcept {
   return sizeof(FrameHeader) + padded(payload);

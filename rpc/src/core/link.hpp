@@ -43,8 +43,11 @@ class Link {
   virtual std::byte* begin(Channel channel, FrameHeader& header) = 0;
   /// The frame begun last on `channel` is complete.
   virtual void commit(Channel channel) = 0;
-  /// Makes committed frames visible to the peer (and wakes it if it sleeps).
-  virtual void flush() = 0;
+  /// Makes committed frames visible to the peer. Returns whether notify() is needed.
+  virtual bool flush() = 0;
+  /// After flush() and publish_fence() (core/publish_order.hpp): wakes the peer if it sleeps,
+  /// marks its session ready. One fence serves every session flushed in a round.
+  virtual void notify() {}
 
   // --- receiving
   /// Hands up to `budget` arrived frames to `sink`, in arrival order. Returns how many.
@@ -71,6 +74,13 @@ class Link {
   virtual void set_sleeping(bool sleeping) = 0;
   /// Arrived frames wait to be received (a cheap look, used before sleeping).
   virtual bool has_input() const = 0;
+  /// The engine gave this link's session `index`. A link that returns true marks its peer's
+  /// session ready in the peer endpoint's doorbell whenever it publishes, so this side's
+  /// engine visits the session only when marked (inproc); false: it is scanned every poll.
+  virtual bool attach(uint32_t index) {
+    (void)index;
+    return false;
+  }
   /// The session is closed: tell the peer now (the link's memory stays until it is destroyed,
   /// as the application may still hold requests in it).
   virtual void shut_down() = 0;

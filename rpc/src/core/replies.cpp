@@ -51,7 +51,8 @@ void Engine::on_request(Session& s, const FrameHeader& h, std::span<const std::b
   }
   ++s.held;
   HeldRequest request{this, s.id, h.call_id, h.method, h.max_response, cookie, payload};
-  if (auto it = handlers_.find(h.method); it != handlers_.end()) {
+  if (auto it = handlers_.empty() ? handlers_.end() : handlers_.find(h.method);
+      it != handlers_.end()) {
     it->second(RecvHandle(request));
   } else if (options_.queue_unhandled) {
     queue_.push(request);
@@ -85,7 +86,9 @@ std::error_code Engine::reply(HeldRequest& request, size_t size, Fill fill, Code
   }
   std::error_code refused;
   std::string why;
-  auto write_why = [&why](std::span<std::byte> out) { std::memcpy(out.data(), why.data(), out.size()); };
+  auto write_why = [&why](std::span<std::byte> out) {
+    std::memcpy(out.data(), why.data(), out.size());
+  };
   if (size > request.max_response) {
     refused = make_error_code(Errc::response_too_large);
     why = "reply of " + std::to_string(size) + " bytes exceeds the " +
@@ -109,8 +112,8 @@ std::error_code Engine::reply(HeldRequest& request, size_t size, Fill fill, Code
   if (payload == nullptr) {
     // The caller reserved this space: only a peer that broke the protocol leaves none.
     release_request(*s, request.release_cookie);
-    close_session(*s, s->link->failure() ? s->link->failure()
-                                          : make_error_code(Errc::protocol_error));
+    close_session(*s,
+                  s->link->failure() ? s->link->failure() : make_error_code(Errc::protocol_error));
     return make_error_code(Errc::session_closed);
   }
   fill(std::span<std::byte>(payload, size));
@@ -123,9 +126,10 @@ std::error_code Engine::reply(HeldRequest& request, size_t size, Fill fill, Code
 std::error_code Engine::reply_error(HeldRequest& request, Code code, std::string_view message) {
   RDMAKIT_REQUIRE(code != Code::ok, "rpc: reply_error with Code::ok");
   const size_t size = std::min<size_t>(message.size(), request.max_response);
-  return reply(request, size,
-               [message](std::span<std::byte> out) { std::memcpy(out.data(), message.data(), out.size()); },
-               code);
+  return reply(
+      request, size,
+      [message](std::span<std::byte> out) { std::memcpy(out.data(), message.data(), out.size()); },
+      code);
 }
 
 void Engine::drop(HeldRequest& request) noexcept {
@@ -151,8 +155,8 @@ RecvHandle::~RecvHandle() {
 std::error_code RecvHandle::reply(std::span<const std::byte> response) && {
   RDMAKIT_REQUIRE(held_.engine != nullptr, "rpc: reply on an empty or moved-from RecvHandle");
   return held_.engine->reply(
-      held_, response.size(), [response](std::span<std::byte> out) { detail::copy_into(out, response); },
-      Code::ok);
+      held_, response.size(),
+      [response](std::span<std::byte> out) { detail::copy_into(out, response); }, Code::ok);
 }
 std::error_code RecvHandle::reply_with(size_t size, Fill fill) && {
   RDMAKIT_REQUIRE(held_.engine != nullptr, "rpc: reply on an empty or moved-from RecvHandle");

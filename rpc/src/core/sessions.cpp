@@ -2,6 +2,7 @@
 // peer stops answering probes, or the application asks. Closing answers every pending call
 // (Code::unavailable); the link stays until the application has released every request of
 // the session it still holds, so no pinned bytes go away under a handle.
+#include <algorithm>
 #include <string>
 
 #include "core/engine.hpp"
@@ -27,6 +28,13 @@ SessionId Engine::add_session(std::unique_ptr<Link> link) {
   sessions_[index] = std::make_unique<Session>(std::move(link), index, generation);
   Session& s = *sessions_[index];
   s.last_heard = clock_.refresh();
+  s.marked = s.link->attach(index);
+  if (s.marked) {
+    ready_words_ = std::max(ready_words_, size_t{index} / 64 + 1);
+    doorbell_->mark_ready(index);  // frames published before the peer knew the index
+  } else {
+    scanned_.push_back(index);
+  }
   ++open_sessions_;
   if (options_.on_session) options_.on_session(s.id, SessionEvent::opened);
   return s.id;
@@ -64,6 +72,7 @@ void Engine::check_sessions(bool look_for_dead_peers) {
         }
       }
     }
+    if (s->open && s->waiters_head != nullptr) issue_waiting_calls(*s);  // room may have freed
     if (!s->open) destroy_if_done(*s);
   }
 }
@@ -87,7 +96,9 @@ void Engine::close_session(Session& s, std::error_code why) {
 
 void Engine::destroy_if_done(Session& s) noexcept {
   if (s.held != 0 || s.dirty) return;  // the application still holds requests of it
-  sessions_[s.id.index].reset();
+  const uint32_t index = s.id.index;
+  if (!s.marked) std::erase(scanned_, index);
+  sessions_[index].reset();
 }
 
 void Engine::probe(Session& s) {

@@ -54,12 +54,23 @@ const std::error_category& rpc_category() noexcept {
 }
 
 std::string_view code_name(Code code) noexcept {
-  static constexpr std::array<std::string_view, kLastCode + 1> names{
-      "ok",        "cancelled",          "unknown",           "invalid_argument",
-      "deadline_exceeded", "not_found",  "already_exists",    "permission_denied",
-      "resource_exhausted", "failed_precondition", "aborted", "out_of_range",
-      "unimplemented", "internal",       "unavailable",       "data_loss",
-      "unauthenticated"};
+  static constexpr std::array<std::string_view, kLastCode + 1> names{"ok",
+                                                                     "cancelled",
+                                                                     "unknown",
+                                                                     "invalid_argument",
+                                                                     "deadline_exceeded",
+                                                                     "not_found",
+                                                                     "already_exists",
+                                                                     "permission_denied",
+                                                                     "resource_exhausted",
+                                                                     "failed_precondition",
+                                                                     "aborted",
+                                                                     "out_of_range",
+                                                                     "unimplemented",
+                                                                     "internal",
+                                                                     "unavailable",
+                                                                     "data_loss",
+                                                                     "unauthenticated"};
   const auto i = static_cast<size_t>(code);
   return i < names.size() ? names[i] : "invalid";
 }

@@ -15,11 +15,15 @@
 namespace rdmakit::rpc::detail {
 namespace {
 
-// Heap blocks of one session's out-of-line payloads; whatever is left when both sides are
-// gone is freed with it.
-class Blocks {
+// What the two sides of one session share: each side's session index in its endpoint (for
+// the peer's ready marks), and the heap blocks of out-of-line payloads, of which whatever is
+// left when both sides are gone is freed with it.
+class Shared {
  public:
-  ~Blocks() {
+  static constexpr uint32_t kUnknown = UINT32_MAX;
+  std::atomic<uint32_t> index[2] = {kUnknown, kUnknown};
+
+  ~Shared() {
     for (auto& [block, size] : blocks_) delete[] block;
   }
   std::byte* allocate(size_t size) {
@@ -50,30 +54,38 @@ class Blocks {
 
 class InprocPeer final : public RingPeer {
  public:
-  InprocPeer(std::shared_ptr<Doorbell> peer_doorbell, std::shared_ptr<Blocks> blocks)
-      : peer_doorbell_(std::move(peer_doorbell)), blocks_(std::move(blocks)) {}
+  InprocPeer(std::shared_ptr<Doorbell> peer_doorbell, std::shared_ptr<Shared> shared, int side)
+      : peer_doorbell_(std::move(peer_doorbell)), shared_(std::move(shared)), side_(side) {}
 
   void published(bool peer_sleeping) override {
+    // An index not yet known: the peer's engine receives once when it learns it (attach()).
+    const uint32_t peer = shared_->index[1 - side_].load(std::memory_order_seq_cst);
+    if (peer != Shared::kUnknown) peer_doorbell_->mark_ready(peer);
     if (peer_sleeping) peer_doorbell_->ring();
   }
+  bool attach(uint32_t index) override {
+    shared_->index[side_].store(index, std::memory_order_seq_cst);
+    return index < Doorbell::kReadySessions;
+  }
   std::error_code check_alive() override { return {}; }  // the segment's closed flag tells
-  int wait_fd() const override { return -1; }           // the engine's doorbell wakes us
+  int wait_fd() const override { return -1; }            // the engine's doorbell wakes us
   std::byte* allocate_out_of_line(size_t bytes, uint64_t& ref) override {
-    std::byte* block = blocks_->allocate(bytes);
+    std::byte* block = shared_->allocate(bytes);
     ref = reinterpret_cast<uint64_t>(block);
     return block;
   }
   bool send_out_of_line(uint64_t, std::byte*, size_t) override { return true; }
   std::span<const std::byte> open_out_of_line(uint64_t ref, size_t bytes) override {
-    return blocks_->open(ref, bytes);
+    return shared_->open(ref, bytes);
   }
   void close_out_of_line(std::span<const std::byte> payload) override {
-    blocks_->free(payload.data());
+    shared_->free(payload.data());
   }
 
  private:
   std::shared_ptr<Doorbell> peer_doorbell_;
-  std::shared_ptr<Blocks> blocks_;
+  std::shared_ptr<Shared> shared_;
+  int side_;
 };
 
 class InprocListener;
@@ -86,7 +98,9 @@ std::unordered_map<std::string, InprocListener*>& registry() {
 class InprocListener final : public Listener {
  public:
   InprocListener(std::string name, Engine& engine)
-      : name_(std::move(name)), url_("inproc://" + name_), engine_doorbell_(engine.doorbell()),
+      : name_(std::move(name)),
+        url_("inproc://" + name_),
+        engine_doorbell_(engine.doorbell()),
         options_(engine.options()) {}
   ~InprocListener() override {
     std::lock_guard lock(registry_mutex);
@@ -118,11 +132,11 @@ class InprocListener final : public Listener {
     Segment theirs = Segment::map(fd, layout, error);
     close(fd);
     if (!theirs) return nullptr;
-    auto blocks = std::make_shared<Blocks>();
+    auto shared = std::make_shared<Shared>();
     auto server_side = std::make_unique<RingLink>(
-        std::move(theirs), 1, std::make_unique<InprocPeer>(client.doorbell(), blocks));
+        std::move(theirs), 1, std::make_unique<InprocPeer>(client.doorbell(), shared, 1));
     auto client_side = std::make_unique<RingLink>(
-        std::move(mine), 0, std::make_unique<InprocPeer>(engine_doorbell_, blocks));
+        std::move(mine), 0, std::make_unique<InprocPeer>(engine_doorbell_, shared, 0));
     {
       std::lock_guard lock(mutex_);
       pending_.insert(pending_.begin(), std::move(server_side));

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstring>
 
+#include "core/publish_order.hpp"
 #include "rdmakit/rpc/status.hpp"
 
 namespace rdmakit::rpc::detail {
@@ -27,7 +28,8 @@ RingLink::RingLink(Segment segment, int side, std::unique_ptr<RingPeer> peer)
     // The peer's calls in flight, plus one liveness probe (or its answer).
     In& in = in_[c];
     in.held.resize(size_t{limits_.window} + 2);
-    for (uint32_t i = 0; i < in.held.size(); ++i) in.held[i].next = i + 1 < in.held.size() ? i + 1 : kNone;
+    for (uint32_t i = 0; i < in.held.size(); ++i)
+      in.held[i].next = i + 1 < in.held.size() ? i + 1 : kNone;
     in.free = 0;
   }
 }
@@ -98,27 +100,33 @@ void RingLink::commit(Channel channel) {
   o.begun_bytes = 0;
 }
 
-void RingLink::flush() {
+bool RingLink::flush() {
   bool any = false;
   for (Out& o : out_) {
     if (o.pending != o.published) {
-      // Sequentially consistent, as are the peer's store of its sleeping flag and its look at
-      // our tail before it sleeps (set_sleeping(), has_input()): either the peer sees these
-      // frames before it sleeps, or we see that it sleeps and signal it.
-      o.tail->value.store(o.pending, std::memory_order_seq_cst);
+      o.tail->value.store(o.pending, kPublishOrder);
       o.published = o.pending;
       any = true;
     }
   }
-  if (!any) return;
+  return any;
+}
+
+void RingLink::notify() {
+  // After the fence: either the peer sees our frames before it sleeps (its store of the flag
+  // and its look at our tails are sequentially consistent, see set_sleeping() and
+  // has_input()), or we see its flag here and signal it.
   peer_->published(segment_.header().sleeping[1 - side_].value.load(std::memory_order_seq_cst) !=
                    0);
 }
 
 int RingLink::receive(FrameSink& sink, int budget) {
   const int start = budget;
+  receiving_ = true;
   if (receive_ring(in_[static_cast<int>(Channel::response)], Channel::response, sink, budget))
     receive_ring(in_[static_cast<int>(Channel::request)], Channel::request, sink, budget);
+  receiving_ = false;
+  for (In& in : in_) publish_released(in);
   return start - budget;
 }
 
@@ -130,7 +138,8 @@ bool RingLink::receive_ring(In& in, Channel channel, FrameSink& sink, int& budge
     fail(Errc::protocol_error);  // the producer claims more than the ring holds
     return false;
   }
-  const FrameKind first_kind = channel == Channel::request ? FrameKind::request : FrameKind::response;
+  const FrameKind first_kind =
+      channel == Channel::request ? FrameKind::request : FrameKind::response;
   const FrameKind probe_kind = channel == Channel::request ? FrameKind::ping : FrameKind::pong;
   while (in.head != tail && budget > 0) {
     if (in.free == kNone) {
@@ -159,8 +168,8 @@ bool RingLink::receive_ring(In& in, Channel channel, FrameSink& sink, int& budge
     }
     const uint32_t slot = in.free;
     in.free = in.held[slot].next;
-    in.held[slot] = Held{in.head, out_of_line ? payload : std::span<const std::byte>{},
-                         in.newest, kNone};
+    in.held[slot] =
+        Held{in.head, out_of_line ? payload : std::span<const std::byte>{}, in.newest, kNone};
     (in.newest != kNone ? in.held[in.newest].next : in.oldest) = slot;
     in.newest = slot;
     in.head += bytes;
@@ -182,7 +191,7 @@ void RingLink::release(Channel channel, uint64_t cookie) {
   held = Held{};
   held.next = in.free;
   in.free = slot;
-  if (was_oldest) publish_released(in);
+  if (was_oldest && !receiving_) publish_released(in);
 }
 
 void RingLink::publish_released(In& in) {

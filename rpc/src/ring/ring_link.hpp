@@ -28,6 +28,11 @@ class RingPeer {
   virtual int wait_fd() const = 0;
   /// Sleeping ends: drop pending wake-up signals.
   virtual void woke() {}
+  /// See Link::attach().
+  virtual bool attach(uint32_t index) {
+    (void)index;
+    return false;
+  }
 
   /// A buffer of `bytes` for an out-of-line payload; `ref` goes into the frame.
   virtual std::byte* allocate_out_of_line(size_t bytes, uint64_t& ref) = 0;
@@ -47,7 +52,8 @@ class RingLink final : public Link {
 
   std::byte* begin(Channel channel, FrameHeader& header) override;
   void commit(Channel channel) override;
-  void flush() override;
+  bool flush() override;
+  void notify() override;
   int receive(FrameSink& sink, int budget) override;
   void release(Channel channel, uint64_t cookie) override;
   size_t reservation(uint32_t max_response) const override;
@@ -58,6 +64,7 @@ class RingLink final : public Link {
   void set_sleeping(bool sleeping) override;
   bool has_input() const override;
   void shut_down() override;
+  bool attach(uint32_t index) override { return peer_->attach(index); }
 
   /// Payloads up to this size travel inside the ring.
   size_t inline_max() const noexcept { return ring_bytes_ / 4; }
@@ -89,7 +96,7 @@ class RingLink final : public Link {
     const SharedWord* tail = nullptr;  // the peer's
     SharedWord* released = nullptr;    // ours to write
     uint64_t head = 0;
-    uint64_t released_position = 0;
+    uint64_t released_position = 0;  // as last published
     std::vector<Held> held;
     uint32_t oldest = kNone;
     uint32_t newest = kNone;
@@ -107,6 +114,7 @@ class RingLink final : public Link {
   Out out_[2];  // by Channel
   In in_[2];    // by Channel
   std::error_code failure_;
+  bool receiving_ = false;  // releases inside receive() are published once, at its end
 };
 
 }  // namespace rdmakit::rpc::detail

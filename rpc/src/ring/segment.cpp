@@ -26,7 +26,9 @@ size_t header_bytes() noexcept {
 size_t file_bytes(uint32_t ring_bytes) noexcept {
   return header_bytes() + size_t{kRings} * ring_bytes;
 }
-std::error_code last_error() noexcept { return {errno, std::system_category()}; }
+std::error_code last_error() noexcept {
+  return {errno, std::system_category()};
+}
 
 }  // namespace
 
@@ -102,7 +104,8 @@ Segment Segment::map(int fd, const Layout& expected, std::error_code& error) {
     error = last_error();
     return {};
   }
-  if ((seals & F_SEAL_SHRINK) == 0 || round_ring_bytes(expected.ring_bytes) != expected.ring_bytes ||
+  if ((seals & F_SEAL_SHRINK) == 0 ||
+      round_ring_bytes(expected.ring_bytes) != expected.ring_bytes ||
       static_cast<size_t>(st.st_size) != file_bytes(expected.ring_bytes)) {
     error = make_error_code(Errc::protocol_error);
     return {};

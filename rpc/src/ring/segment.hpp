@@ -18,7 +18,8 @@ namespace rdmakit::rpc::detail {
 struct alignas(64) SharedWord {
   std::atomic<uint64_t> value{0};
 };
-static_assert(sizeof(SharedWord) == 64, "one cache line per word: producer and consumer never share one");
+static_assert(sizeof(SharedWord) == 64,
+              "one cache line per word: producer and consumer never share one");
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "positions are shared between processes");
 
 inline constexpr uint64_t kSegmentMagic = 0x31676e69722d6b72;  // "rk-ring1"

@@ -45,7 +45,9 @@ struct PayloadNote {
   uint64_t ref;
 };
 
-std::error_code errno_code() noexcept { return {errno, std::system_category()}; }
+std::error_code errno_code() noexcept {
+  return {errno, std::system_category()};
+}
 
 class ShmPeer final : public RingPeer {
  public:
@@ -201,11 +203,10 @@ class ShmListener final : public Listener {
       waiting = true;
       return nullptr;
     }
-    const bool acceptable = n == static_cast<ssize_t>(sizeof hello) && fd >= 0 &&
-                            hello.magic == kHelloMagic && hello.window >= 1 &&
-                            hello.window <= options_.window &&
-                            hello.max_message_bytes <= options_.max_message_bytes &&
-                            hello.ring_bytes <= kMaxRingBytes;
+    const bool acceptable =
+        n == static_cast<ssize_t>(sizeof hello) && fd >= 0 && hello.magic == kHelloMagic &&
+        hello.window >= 1 && hello.window <= options_.window &&
+        hello.max_message_bytes <= options_.max_message_bytes && hello.ring_bytes <= kMaxRingBytes;
     std::error_code error;
     Segment segment;
     if (acceptable) {
@@ -267,8 +268,7 @@ std::unique_ptr<Listener> listen_shm(const std::string& name, Engine& engine,
   return std::make_unique<ShmListener>(s, path, "shm://" + name, engine.options());
 }
 
-std::unique_ptr<Link> connect_shm(const std::string& name, Engine& engine,
-                                  std::error_code& error) {
+std::unique_ptr<Link> connect_shm(const std::string& name, Engine& engine, std::error_code& error) {
   const std::string path = shm_socket_path(name, error);
   if (error) return nullptr;
   sockaddr_un address{};
@@ -299,14 +299,15 @@ std::unique_ptr<Link> connect_shm(const std::string& name, Engine& engine,
   const Hello hello{kHelloMagic, layout.ring_bytes, layout.window, layout.max_message_bytes, 0};
   if (result != 0 || !send_message(s, &hello, sizeof hello, fd)) {
     error = errno == ENOENT || errno == ECONNREFUSED ? make_error_code(Errc::not_listening)
-            : errno == EAGAIN                         ? std::make_error_code(std::errc::timed_out)
-                                                      : errno_code();
+            : errno == EAGAIN                        ? std::make_error_code(std::errc::timed_out)
+                                                     : errno_code();
     close(fd);
     close(s);
     return nullptr;
   }
   close(fd);
-  return std::make_unique<RingLink>(std::move(segment), 0, std::make_unique<ShmPeer>(s, layout.window));
+  return std::make_unique<RingLink>(std::move(segment), 0,
+                                    std::make_unique<ShmPeer>(s, layout.window));
 }
 
 }  // namespace rdmakit::rpc::detail

@@ -53,7 +53,9 @@ TcpLink::~TcpLink() {
   close(fd_);
 }
 
-void TcpLink::shut_down() { shutdown(fd_, SHUT_RDWR); }
+void TcpLink::shut_down() {
+  shutdown(fd_, SHUT_RDWR);
+}
 
 std::byte* TcpLink::begin(Channel, FrameHeader& header) {
   if (failure()) return nullptr;

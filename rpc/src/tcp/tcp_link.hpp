@@ -51,7 +51,10 @@ class TcpLink final : public Link {
 
   std::byte* begin(Channel channel, FrameHeader& header) override;
   void commit(Channel channel) override;
-  void flush() override { send_pending(); }
+  bool flush() override {
+    send_pending();
+    return false;  // the peer's socket wakes it
+  }
   int receive(FrameSink& sink, int budget) override;
   void release(Channel channel, uint64_t cookie) override;
   size_t reservation(uint32_t max_response) const override { return frame_bytes(max_response); }

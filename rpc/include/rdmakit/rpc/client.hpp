@@ -28,8 +28,7 @@ class Client : public Endpoint {
                        const CallOptions& options = {}) {
     return Endpoint::call_with(session_, size, fill, user_data, options);
   }
-  CallAwaitable call(std::span<const std::byte> request,
-                     const CallOptions& options = {}) noexcept {
+  CallAwaitable call(std::span<const std::byte> request, const CallOptions& options = {}) noexcept {
     return Endpoint::call(session_, request, options);
   }
   /// The session is open (false once the server died, disconnected or was closed).
