@@ -301,6 +301,51 @@ TEST_P(RpcTest, EightMebibyteMessagesBothWays) {
   EXPECT_EQ(client.call(too_big, 2, o).error, Errc::message_too_large);
 }
 
+TEST_P(RpcTest, LargeMessagesStayIntactWhileOneIsHeldAndOthersReuseBuffers) {
+  Options options;
+  options.window = 8;
+  Server server = Server::listen(url(), options);
+  Client client = Client::connect(server.url(), options);
+  constexpr size_t kSize = 1 << 20;  // out of line on the ring transports
+  auto pattern = [](int id) {
+    std::vector<std::byte> bytes(kSize);
+    for (size_t i = 0; i < kSize; i += 64) bytes[i] = static_cast<std::byte>(id * 31 + i / 64);
+    return bytes;
+  };
+  CallOptions o;
+  o.max_response = kSize;
+  ASSERT_TRUE(client.call(pattern(0), 0, o).ok());
+  std::optional<RecvHandle> held;
+  ASSERT_TRUE(poll_until(server, {&client}, [&] {
+    if (!held) held = server.recv();
+    return held.has_value();
+  }));
+  const std::vector<std::byte> first = pattern(0);
+  int sent = 1, answered = 0;
+  ASSERT_TRUE(poll_until(
+      server, {&client},
+      [&] {
+        while (sent <= 40 && client.call(pattern(sent), static_cast<uint64_t>(sent), o).ok())
+          ++sent;
+        while (auto h = server.recv()) {
+          // Echo each one back out of line too: buffers are reused in both directions.
+          const std::span<const std::byte> in = h->data();
+          EXPECT_FALSE(std::move(*h).reply(in));
+        }
+        return answered == 40;
+      },
+      [&](const Response& r) {
+        ASSERT_TRUE(r.status.ok()) << r.status.message;
+        const std::vector<std::byte> want = pattern(static_cast<int>(r.user_data));
+        EXPECT_TRUE(std::equal(r.data.begin(), r.data.end(), want.begin(), want.end()))
+            << "reply " << r.user_data;
+        ++answered;
+      }));
+  EXPECT_TRUE(std::equal(held->data().begin(), held->data().end(), first.begin(), first.end()))
+      << "a held request's buffer was reused under it";
+  EXPECT_FALSE(std::move(*held).reply(bytes("done")));
+}
+
 TEST_P(RpcTest, EitherSideOfASessionMayCallTheOther) {
   Server server = Server::listen(url());
   Client client = Client::connect(server.url());

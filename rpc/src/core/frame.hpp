@@ -24,11 +24,11 @@ struct FrameHeader {
   FrameKind kind;
   uint8_t status;  // responses: a Code
   uint16_t flags;
-  uint32_t call_id;       // the caller's slot and generation (see call_slab.hpp)
-  uint32_t method;        // requests: the method
-  uint32_t max_response;  // requests: the reply space the caller reserved
-  uint32_t reserved;
-  uint64_t out_of_line;  // transport-defined reference to an out-of-line payload
+  uint32_t call_id;          // the caller's slot and generation (see call_slab.hpp)
+  uint32_t method;           // requests: the method
+  uint32_t max_response;     // requests: the reply space the caller reserved
+  uint32_t out_of_line_tag;  // out-of-line payloads: which buffer (see ring/out_of_line.hpp)
+  uint64_t out_of_line;      // out-of-line payloads: the transport's handle of the buffer
 };
 static_assert(sizeof(FrameHeader) == 32, "a 32-byte RPC must fit one 64-byte cache line");
 

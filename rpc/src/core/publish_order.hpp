@@ -13,7 +13,9 @@ inline constexpr std::memory_order kPublishOrder = std::memory_order_seq_cst;
 inline void publish_fence() noexcept {}
 #else
 inline constexpr std::memory_order kPublishOrder = std::memory_order_release;
-inline void publish_fence() noexcept { std::atomic_thread_fence(std::memory_order_seq_cst); }
+inline void publish_fence() noexcept {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}
 #endif
 
 }  // namespace rdmakit::rpc::detail

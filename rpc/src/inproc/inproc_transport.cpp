@@ -5,8 +5,8 @@
 #include <unistd.h>
 
 #include <mutex>
+#include <optional>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "core/engine.hpp"
 #include "core/transports.hpp"
@@ -16,40 +16,39 @@ namespace rdmakit::rpc::detail {
 namespace {
 
 // What the two sides of one session share: each side's session index in its endpoint (for
-// the peer's ready marks), and the heap blocks of out-of-line payloads, of which whatever is
-// left when both sides are gone is freed with it.
+// the peer's ready marks), and the heap blocks of out-of-line payloads announced by either
+// side, which the receiving side adopts (a reference) so that a block outlives its sender.
 class Shared {
  public:
   static constexpr uint32_t kUnknown = UINT32_MAX;
   std::atomic<uint32_t> index[2] = {kUnknown, kUnknown};
 
-  ~Shared() {
-    for (auto& [block, size] : blocks_) delete[] block;
-  }
-  std::byte* allocate(size_t size) {
-    auto* block = new std::byte[size];
+  struct Block {
+    std::shared_ptr<std::byte[]> memory;
+    size_t bytes = 0;
+  };
+  std::byte* create(size_t bytes) {
+    Block block{std::shared_ptr<std::byte[]>(new std::byte[bytes]), bytes};
+    std::byte* data = block.memory.get();
     std::lock_guard lock(mutex_);
-    blocks_.emplace(block, size);
-    return block;
+    blocks_.emplace(data, std::move(block));
+    return data;
   }
-  std::span<const std::byte> open(uint64_t ref, size_t size) {
-    auto* block = reinterpret_cast<std::byte*>(ref);
+  void destroy(const std::byte* data) {
     std::lock_guard lock(mutex_);
-    auto it = blocks_.find(block);
-    if (it == blocks_.end() || it->second < size) return {};
-    return {block, size};
+    blocks_.erase(data);
   }
-  void free(const std::byte* block) {
+  /// The block at `data`, if one was created there and holds at least `bytes`.
+  std::optional<Block> find(const std::byte* data, size_t bytes) {
     std::lock_guard lock(mutex_);
-    auto it = blocks_.find(const_cast<std::byte*>(block));
-    if (it == blocks_.end()) return;
-    delete[] it->first;
-    blocks_.erase(it);
+    auto it = blocks_.find(data);
+    if (it == blocks_.end() || it->second.bytes < bytes) return std::nullopt;
+    return it->second;
   }
 
  private:
   std::mutex mutex_;
-  std::unordered_map<std::byte*, size_t> blocks_;
+  std::unordered_map<const std::byte*, Block> blocks_;
 };
 
 class InprocPeer final : public RingPeer {
@@ -69,23 +68,28 @@ class InprocPeer final : public RingPeer {
   }
   std::error_code check_alive() override { return {}; }  // the segment's closed flag tells
   int wait_fd() const override { return -1; }            // the engine's doorbell wakes us
-  std::byte* allocate_out_of_line(size_t bytes, uint64_t& ref) override {
-    std::byte* block = shared_->allocate(bytes);
-    ref = reinterpret_cast<uint64_t>(block);
-    return block;
+  std::byte* create_buffer(size_t bytes, uint64_t& handle) override {
+    std::byte* data = shared_->create(bytes);
+    handle = reinterpret_cast<uint64_t>(data);
+    return data;
   }
-  bool send_out_of_line(uint64_t, std::byte*, size_t) override { return true; }
-  std::span<const std::byte> open_out_of_line(uint64_t ref, size_t bytes) override {
-    return shared_->open(ref, bytes);
+  void destroy_buffer(std::byte* data, size_t, uint64_t) override { shared_->destroy(data); }
+  bool announce_buffer(uint64_t, uint32_t) override { return true; }  // the handle is enough
+  std::span<const std::byte> adopt_buffer(uint32_t, uint64_t handle, size_t min_bytes) override {
+    std::optional<Shared::Block> block =
+        shared_->find(reinterpret_cast<const std::byte*>(handle), min_bytes);
+    if (!block) return {};
+    const std::span<const std::byte> data(block->memory.get(), block->bytes);
+    adopted_.emplace(data.data(), std::move(block->memory));
+    return data;
   }
-  void close_out_of_line(std::span<const std::byte> payload) override {
-    shared_->free(payload.data());
-  }
+  void drop_buffer(std::span<const std::byte> buffer) override { adopted_.erase(buffer.data()); }
 
  private:
   std::shared_ptr<Doorbell> peer_doorbell_;
   std::shared_ptr<Shared> shared_;
   int side_;
+  std::unordered_map<const std::byte*, std::shared_ptr<std::byte[]>> adopted_;
 };
 
 class InprocListener;

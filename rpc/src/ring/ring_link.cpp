@@ -31,16 +31,18 @@ RingLink::RingLink(Segment segment, int side, std::unique_ptr<RingPeer> peer)
     for (uint32_t i = 0; i < in.held.size(); ++i)
       in.held[i].next = i + 1 < in.held.size() ? i + 1 : kNone;
     in.free = 0;
+    in.out_of_line = std::make_unique<OutOfLineReceiver>(*peer_, limits_.window,
+                                                         segment_.released_counters(theirs));
+    out_[c].out_of_line =
+        std::make_unique<OutOfLineSender>(*peer_, limits_.window, segment_.released_counters(mine));
   }
 }
 
 RingLink::~RingLink() {
   shut_down();
-  for (In& in : in_) {
-    for (uint32_t i = in.oldest; i != kNone; i = in.held[i].next) {
-      if (!in.held[i].out_of_line.empty()) peer_->close_out_of_line(in.held[i].out_of_line);
-    }
-  }
+  // The buffers go before the peer object that frees them.
+  for (In& in : in_) in.out_of_line.reset();
+  for (Out& o : out_) o.out_of_line.reset();
 }
 
 void RingLink::shut_down() {
@@ -57,32 +59,31 @@ size_t RingLink::reservation(uint32_t max_response) const {
   return frame_bytes(max_response <= inline_max() ? max_response : 0);
 }
 
+bool RingLink::refresh_released(Out& o) {
+  const uint64_t released = o.released->value.load(std::memory_order_acquire);
+  if (released < o.released_seen || released > o.published) {
+    fail(Errc::protocol_error);  // the consumer's position moved backwards or past ours
+    return false;
+  }
+  o.released_seen = released;
+  return true;
+}
+
 std::byte* RingLink::begin(Channel channel, FrameHeader& header) {
   if (failure_) return nullptr;
   Out& o = out_[static_cast<int>(channel)];
   const bool out_of_line = header.length > inline_max();
   const uint64_t bytes = frame_bytes(out_of_line ? 0 : header.length);
-  if (o.pending + bytes - o.released_seen > ring_bytes_) {
-    const uint64_t released = o.released->value.load(std::memory_order_acquire);
-    if (released < o.released_seen || released > o.published) {
-      fail(Errc::protocol_error);  // the consumer's position moved backwards or past ours
-      return nullptr;
-    }
-    o.released_seen = released;
-    if (o.pending + bytes - released > ring_bytes_) return nullptr;
-  }
+  if (o.pending + bytes - o.released_seen > ring_bytes_ &&
+      (!refresh_released(o) || o.pending + bytes - o.released_seen > ring_bytes_))
+    return nullptr;
   std::byte* at = o.base + (o.pending & (ring_bytes_ - 1));
   std::byte* payload = at + sizeof(FrameHeader);
-  o.begun_out_of_line = nullptr;
+  o.begun_out_of_line = out_of_line;
   if (out_of_line) {
-    uint64_t ref = 0;
-    payload = peer_->allocate_out_of_line(header.length, ref);
-    if (payload == nullptr) return nullptr;
+    payload = o.out_of_line->take(header.length, header.out_of_line_tag, header.out_of_line);
+    if (payload == nullptr) return nullptr;  // every buffer still in use: try again later
     header.flags = static_cast<uint16_t>(header.flags | kOutOfLine);
-    header.out_of_line = ref;
-    o.begun_out_of_line = payload;
-    o.begun_ref = ref;
-    o.begun_length = header.length;
   }
   std::memcpy(at, &header, sizeof header);
   o.begun_bytes = bytes;
@@ -91,12 +92,9 @@ std::byte* RingLink::begin(Channel channel, FrameHeader& header) {
 
 void RingLink::commit(Channel channel) {
   Out& o = out_[static_cast<int>(channel)];
-  if (o.begun_out_of_line != nullptr &&
-      !peer_->send_out_of_line(o.begun_ref, o.begun_out_of_line, o.begun_length)) {
-    fail(Errc::session_closed);
-  }
-  o.begun_out_of_line = nullptr;
   o.pending += o.begun_bytes;
+  if (o.begun_out_of_line && !o.out_of_line->commit()) fail(Errc::session_closed);
+  o.begun_out_of_line = false;
   o.begun_bytes = 0;
 }
 
@@ -159,8 +157,9 @@ bool RingLink::receive_ring(In& in, Channel channel, FrameSink& sink, int& budge
       return false;
     }
     std::span<const std::byte> payload(at + sizeof(FrameHeader), out_of_line ? 0 : h.length);
+    uint32_t buffer_slot = kNone;
     if (out_of_line) {
-      payload = peer_->open_out_of_line(h.out_of_line, h.length);
+      payload = in.out_of_line->open(h.out_of_line_tag, h.out_of_line, h.length, buffer_slot);
       if (payload.empty()) {
         fail(Errc::protocol_error);
         return false;
@@ -168,8 +167,7 @@ bool RingLink::receive_ring(In& in, Channel channel, FrameSink& sink, int& budge
     }
     const uint32_t slot = in.free;
     in.free = in.held[slot].next;
-    in.held[slot] =
-        Held{in.head, out_of_line ? payload : std::span<const std::byte>{}, in.newest, kNone};
+    in.held[slot] = Held{in.head, buffer_slot, in.newest, kNone};
     (in.newest != kNone ? in.held[in.newest].next : in.oldest) = slot;
     in.newest = slot;
     in.head += bytes;
@@ -184,7 +182,7 @@ void RingLink::release(Channel channel, uint64_t cookie) {
   In& in = in_[static_cast<int>(channel)];
   const auto slot = static_cast<uint32_t>(cookie);
   Held& held = in.held[slot];
-  if (!held.out_of_line.empty()) peer_->close_out_of_line(held.out_of_line);
+  if (held.out_of_line_slot != kNone) in.out_of_line->close(held.out_of_line_slot);
   (held.previous != kNone ? in.held[held.previous].next : in.oldest) = held.next;
   (held.next != kNone ? in.held[held.next].previous : in.newest) = held.previous;
   const bool was_oldest = held.previous == kNone;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/link.hpp"
+#include "ring/out_of_line.hpp"
 #include "ring/segment.hpp"
 
 namespace rdmakit::rpc::detail {
@@ -34,14 +35,21 @@ class RingPeer {
     return false;
   }
 
-  /// A buffer of `bytes` for an out-of-line payload; `ref` goes into the frame.
-  virtual std::byte* allocate_out_of_line(size_t bytes, uint64_t& ref) = 0;
-  /// The frame carrying `ref` is committed: hand the buffer over (before it is published).
-  virtual bool send_out_of_line(uint64_t ref, std::byte* buffer, size_t bytes) = 0;
-  /// Receiver: the payload of an arrived frame (empty: the reference is not valid).
-  virtual std::span<const std::byte> open_out_of_line(uint64_t ref, size_t bytes) = 0;
-  /// Receiver: the payload opened by open_out_of_line() is released.
-  virtual void close_out_of_line(std::span<const std::byte> payload) = 0;
+  // Buffers of out-of-line payloads (see out_of_line.hpp).
+  /// Sender: a new buffer of `bytes`; `handle` identifies it to the transport. nullptr on
+  /// failure.
+  virtual std::byte* create_buffer(size_t bytes, uint64_t& handle) = 0;
+  /// Sender: the buffer is no longer used by this side.
+  virtual void destroy_buffer(std::byte* data, size_t bytes, uint64_t handle) = 0;
+  /// Sender: hand the buffer to the peer, under `tag`, before the frame announcing it is
+  /// published. False on failure.
+  virtual bool announce_buffer(uint64_t handle, uint32_t tag) = 0;
+  /// Receiver: the buffer the peer announced under `tag` (`handle` from the frame), checked
+  /// to hold at least `min_bytes`; empty when the peer announced no such buffer.
+  virtual std::span<const std::byte> adopt_buffer(uint32_t tag, uint64_t handle,
+                                                  size_t min_bytes) = 0;
+  /// Receiver: an adopted buffer is no longer used by this side.
+  virtual void drop_buffer(std::span<const std::byte> buffer) = 0;
 };
 
 class RingLink final : public Link {
@@ -78,15 +86,14 @@ class RingLink final : public Link {
     uint64_t published = 0;
     uint64_t released_seen = 0;
     uint64_t begun_bytes = 0;  // size of the frame begun last (0: none)
-    std::byte* begun_out_of_line = nullptr;
-    uint64_t begun_ref = 0;
-    size_t begun_length = 0;
+    bool begun_out_of_line = false;
+    std::unique_ptr<OutOfLineSender> out_of_line;
   };
   // Frames received and not yet released, in arrival order: a doubly linked list through a
   // fixed table (the peer's window bounds it), so a release anywhere costs O(1).
   struct Held {
-    uint64_t start = 0;  // ring position of the frame
-    std::span<const std::byte> out_of_line;
+    uint64_t start = 0;                 // ring position of the frame
+    uint32_t out_of_line_slot = kNone;  // its payload's buffer slot, if out of line
     uint32_t previous = kNone;
     uint32_t next = kNone;
   };
@@ -101,9 +108,12 @@ class RingLink final : public Link {
     uint32_t oldest = kNone;
     uint32_t newest = kNone;
     uint32_t free = kNone;
+    std::unique_ptr<OutOfLineReceiver> out_of_line;
   };
 
   void fail(std::error_code error) noexcept;
+  /// Reads the peer's released position of `o`, checking it (false: protocol error).
+  bool refresh_released(Out& o);
   bool receive_ring(In& in, Channel channel, FrameSink& sink, int& budget);
   void publish_released(In& in);
 

@@ -20,11 +20,16 @@ size_t page_size() noexcept {
   static const size_t size = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   return size;
 }
-size_t header_bytes() noexcept {
-  return (sizeof(SegmentHeader) + page_size() - 1) & ~(page_size() - 1);
+size_t whole_pages(size_t bytes) noexcept {
+  return (bytes + page_size() - 1) & ~(page_size() - 1);
 }
-size_t file_bytes(uint32_t ring_bytes) noexcept {
-  return header_bytes() + size_t{kRings} * ring_bytes;
+// The header and the release counters, mapped once, before the rings.
+size_t front_bytes(uint32_t window) noexcept {
+  return whole_pages(sizeof(SegmentHeader) +
+                     size_t{kRings} * out_of_line_slots(window) * sizeof(SharedCounter));
+}
+size_t file_bytes(const Segment::Layout& layout) noexcept {
+  return front_bytes(layout.window) + size_t{kRings} * layout.ring_bytes;
 }
 std::error_code last_error() noexcept {
   return {errno, std::system_category()};
@@ -37,11 +42,12 @@ uint32_t Segment::round_ring_bytes(uint32_t bytes) noexcept {
   return std::bit_ceil(std::max<uint32_t>(bytes, static_cast<uint32_t>(page_size())));
 }
 
-Segment Segment::map_file(int fd, uint32_t ring_bytes, std::error_code& error) {
-  // Reserve the address range first, then map the header once and every ring twice into it.
+Segment Segment::map_file(int fd, const Layout& layout, std::error_code& error) {
+  // Reserve the address range first, then map the front once and every ring twice into it.
   Segment s;
-  const size_t header = header_bytes();
-  s.reserved_ = header + size_t{kRings} * 2 * ring_bytes;
+  const uint32_t ring_bytes = layout.ring_bytes;
+  const size_t front = front_bytes(layout.window);
+  s.reserved_ = front + size_t{kRings} * 2 * ring_bytes;
   void* base = mmap(nullptr, s.reserved_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (base == MAP_FAILED) {
     error = last_error();
@@ -50,15 +56,17 @@ Segment Segment::map_file(int fd, uint32_t ring_bytes, std::error_code& error) {
   }
   s.base_ = static_cast<std::byte*>(base);
   s.ring_bytes_ = ring_bytes;
+  s.front_bytes_ = front;
+  s.slots_ = out_of_line_slots(layout.window);
   auto fixed = [&](std::byte* at, size_t length, size_t offset) {
     void* got = mmap(at, length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
                      static_cast<off_t>(offset));
     return got != MAP_FAILED;
   };
-  bool ok = fixed(s.base_, header, 0);
+  bool ok = fixed(s.base_, front, 0);
   for (int r = 0; ok && r < kRings; ++r) {
     std::byte* first = s.ring(r);
-    const size_t offset = header + size_t(r) * ring_bytes;
+    const size_t offset = front + size_t(r) * ring_bytes;
     ok = fixed(first, ring_bytes, offset) && fixed(first + ring_bytes, ring_bytes, offset);
   }
   if (!ok) {
@@ -74,7 +82,7 @@ Segment Segment::create(const Layout& layout, int& fd, std::error_code& error) {
     error = last_error();
     return {};
   }
-  const size_t bytes = file_bytes(layout.ring_bytes);
+  const size_t bytes = file_bytes(layout);
   // Sealed so that a peer can neither shrink it (our accesses would fault) nor grow it.
   if (ftruncate(fd, static_cast<off_t>(bytes)) != 0 ||
       fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
@@ -83,7 +91,7 @@ Segment Segment::create(const Layout& layout, int& fd, std::error_code& error) {
     fd = -1;
     return {};
   }
-  Segment s = map_file(fd, layout.ring_bytes, error);
+  Segment s = map_file(fd, layout, error);
   if (!s) {
     close(fd);
     fd = -1;
@@ -105,12 +113,12 @@ Segment Segment::map(int fd, const Layout& expected, std::error_code& error) {
     return {};
   }
   if ((seals & F_SEAL_SHRINK) == 0 ||
-      round_ring_bytes(expected.ring_bytes) != expected.ring_bytes ||
-      static_cast<size_t>(st.st_size) != file_bytes(expected.ring_bytes)) {
+      round_ring_bytes(expected.ring_bytes) != expected.ring_bytes || expected.window == 0 ||
+      static_cast<size_t>(st.st_size) != file_bytes(expected)) {
     error = make_error_code(Errc::protocol_error);
     return {};
   }
-  Segment s = map_file(fd, expected.ring_bytes, error);
+  Segment s = map_file(fd, expected, error);
   if (!s) return s;
   const SegmentHeader& h = s.header();
   if (h.magic != kSegmentMagic || h.ring_bytes != expected.ring_bytes ||
@@ -124,7 +132,9 @@ Segment Segment::map(int fd, const Layout& expected, std::error_code& error) {
 Segment::Segment(Segment&& other) noexcept
     : base_(std::exchange(other.base_, nullptr)),
       reserved_(std::exchange(other.reserved_, 0)),
-      ring_bytes_(other.ring_bytes_) {}
+      ring_bytes_(other.ring_bytes_),
+      front_bytes_(other.front_bytes_),
+      slots_(other.slots_) {}
 
 Segment& Segment::operator=(Segment&& other) noexcept {
   if (this != &other) {
@@ -139,7 +149,12 @@ Segment::~Segment() {
 }
 
 std::byte* Segment::ring(int index) const noexcept {
-  return base_ + header_bytes() + size_t(index) * 2 * ring_bytes_;
+  return base_ + front_bytes_ + size_t(index) * 2 * ring_bytes_;
+}
+
+SharedCounter* Segment::released_counters(int index) const noexcept {
+  auto* first = reinterpret_cast<SharedCounter*>(base_ + sizeof(SegmentHeader));
+  return first + size_t(index) * slots_;
 }
 
 }  // namespace rdmakit::rpc::detail

@@ -1,6 +1,7 @@
-// The shared memory of one ring session (shm and inproc): a header page with each ring's
-// published and released positions, then four rings, each mapped twice back to back so a
-// frame that crosses the end of a ring is still contiguous in memory (no padding, no split).
+// The shared memory of one ring session (shm and inproc): a header with each ring's published
+// and released positions, per ring a counter of released frames per out-of-line buffer slot
+// (see out_of_line.hpp), then four rings, each mapped twice back to back so a frame that
+// crosses the end of a ring is still contiguous in memory (no padding, no split).
 //
 //   ring(side, channel): side 0 = the connecting endpoint, 1 = the accepting one; each side
 //   produces into a request ring and a response ring and consumes the other side's two.
@@ -12,6 +13,7 @@
 #include <system_error>
 
 #include "core/link.hpp"
+#include "ring/out_of_line.hpp"
 
 namespace rdmakit::rpc::detail {
 
@@ -21,6 +23,8 @@ struct alignas(64) SharedWord {
 static_assert(sizeof(SharedWord) == 64,
               "one cache line per word: producer and consumer never share one");
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "positions are shared between processes");
+/// Frames released so far on one out-of-line buffer slot (written by the ring's consumer).
+using SharedCounter = std::atomic<uint64_t>;
 
 inline constexpr uint64_t kSegmentMagic = 0x31676e69722d6b72;  // "rk-ring1"
 inline constexpr int kRings = 4;
@@ -66,13 +70,17 @@ class Segment {
   SegmentHeader& header() const noexcept { return *reinterpret_cast<SegmentHeader*>(base_); }
   /// The first of the two mappings of ring `index`.
   std::byte* ring(int index) const noexcept;
+  /// Ring `index`'s counters of released frames, one per out-of-line buffer slot.
+  SharedCounter* released_counters(int index) const noexcept;
   uint32_t ring_bytes() const noexcept { return ring_bytes_; }
 
  private:
-  static Segment map_file(int fd, uint32_t ring_bytes, std::error_code& error);
+  static Segment map_file(int fd, const Layout& layout, std::error_code& error);
   std::byte* base_ = nullptr;
   size_t reserved_ = 0;
   uint32_t ring_bytes_ = 0;
+  size_t front_bytes_ = 0;
+  size_t slots_ = 0;
 };
 
 }  // namespace rdmakit::rpc::detail

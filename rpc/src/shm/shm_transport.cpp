@@ -69,9 +69,10 @@ class ShmPeer final : public RingPeer {
   int wait_fd() const override { return socket_; }
   void woke() override { drain(); }
 
-  std::byte* allocate_out_of_line(size_t bytes, uint64_t& ref) override {
+  std::byte* create_buffer(size_t bytes, uint64_t& handle) override {
     const int fd = memfd_create("rdmakit-rpc-payload", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0) return nullptr;
+    // Sealed so that the peer's mapping can never lose its pages under it.
     if (ftruncate(fd, static_cast<off_t>(bytes)) != 0 ||
         fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
       close(fd);
@@ -82,37 +83,37 @@ class ShmPeer final : public RingPeer {
       close(fd);
       return nullptr;
     }
-    ref = ++sent_;
-    outgoing_fd_ = fd;
+    handle = static_cast<uint64_t>(fd);
     return static_cast<std::byte*>(at);
   }
-  bool send_out_of_line(uint64_t ref, std::byte* buffer, size_t bytes) override {
-    const PayloadNote note{Note::payload, {}, ref};
-    const bool sent = send_message(socket_, &note, sizeof note, outgoing_fd_);
-    munmap(buffer, bytes);
-    close(outgoing_fd_);
-    outgoing_fd_ = -1;
-    return sent;
+  void destroy_buffer(std::byte* data, size_t bytes, uint64_t handle) override {
+    munmap(data, bytes);
+    close(static_cast<int>(handle));
   }
-  std::span<const std::byte> open_out_of_line(uint64_t ref, size_t bytes) override {
+  bool announce_buffer(uint64_t handle, uint32_t tag) override {
+    const PayloadNote note{Note::payload, {}, tag};
+    return send_message(socket_, &note, sizeof note, static_cast<int>(handle));
+  }
+  std::span<const std::byte> adopt_buffer(uint32_t tag, uint64_t, size_t min_bytes) override {
     // The sender passed the file before publishing the frame: it is in the socket already.
     drain();
-    if (files_.empty() || files_.front().ref != ref) return {};
+    if (files_.empty() || files_.front().ref != tag) return {};
     const int fd = files_.front().fd;
     files_.pop_front();
     struct stat st {};
     const int seals = fcntl(fd, F_GET_SEALS);
     void* at = MAP_FAILED;
     if (fstat(fd, &st) == 0 && seals >= 0 && (seals & F_SEAL_SHRINK) != 0 &&
-        static_cast<size_t>(st.st_size) >= bytes) {
-      at = mmap(nullptr, bytes, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
+        static_cast<size_t>(st.st_size) >= min_bytes) {
+      at = mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_SHARED | MAP_POPULATE, fd,
+                0);
     }
     close(fd);
     if (at == MAP_FAILED) return {};
-    return {static_cast<const std::byte*>(at), bytes};
+    return {static_cast<const std::byte*>(at), static_cast<size_t>(st.st_size)};
   }
-  void close_out_of_line(std::span<const std::byte> payload) override {
-    munmap(const_cast<std::byte*>(payload.data()), payload.size());
+  void drop_buffer(std::span<const std::byte> buffer) override {
+    munmap(const_cast<std::byte*>(buffer.data()), buffer.size());
   }
 
  private:
@@ -145,8 +146,6 @@ class ShmPeer final : public RingPeer {
   int socket_;
   size_t max_files_;
   std::deque<File> files_;
-  uint64_t sent_ = 0;
-  int outgoing_fd_ = -1;
   std::error_code gone_;
 };
 
