@@ -88,7 +88,14 @@ void attack(Attack what) {
     if (m.offset == 0) header_map = &m;
   }
   if (header_map == nullptr) _exit(3);
-  auto& h = *reinterpret_cast<detail::SegmentHeader*>(header_map->address);
+  // The header sits at its segment's color in the header area.
+  detail::SegmentHeader* header = nullptr;
+  for (size_t offset = 0; offset + sizeof(detail::SegmentHeader) <= 8192; offset += 64) {
+    auto* candidate = reinterpret_cast<detail::SegmentHeader*>(header_map->address + offset);
+    if (candidate->magic == detail::kSegmentMagic) header = candidate;
+  }
+  if (header == nullptr) _exit(5);
+  auto& h = *header;
   // The client's request ring is ring 0, mapped right after the header page.
   for (Mapping& m : maps) {
     if (m.address == header_map->address + header_map->length) request_ring = &m;

@@ -88,6 +88,7 @@ void start_servers(const RpcBenchOptions& o, uint64_t response, Servers& servers
   }
 }
 
+// The first session waits for the server to listen (it may be starting too).
 rpc::Client connect_retrying(const std::string& url, const rpc::Options& options) {
   const auto give_up = std::chrono::steady_clock::now() + 5s;
   for (;;) {
@@ -108,8 +109,10 @@ struct ClientRun {
 
 void drive(const RpcBenchOptions& o, const std::string& url, uint64_t response, ClientRun& run) {
   const rpc::Options options = endpoint_options(o, response, false);
-  std::vector<rpc::Client> clients;
-  for (uint32_t c = 0; c < o.clients; ++c) clients.push_back(connect_retrying(url, options));
+  // One endpoint per thread, with a session per client: one poll round serves them all.
+  rpc::Client client = connect_retrying(url, options);
+  std::vector<rpc::SessionId> sessions{client.session()};
+  while (sessions.size() < o.clients) sessions.push_back(client.open_session(url));
   const std::vector<std::byte> request(o.size, std::byte{0x42});
   rpc::CallOptions call;
   call.max_response = static_cast<uint32_t>(response);
@@ -130,7 +133,7 @@ void drive(const RpcBenchOptions& o, const std::string& url, uint64_t response, 
 
   auto issue = [&](uint32_t index) {
     if (every_call || index == 0) started[index] = Clock::now();
-    if (!clients[index / o.depth].call(request, index, call).ok()) unsent.push_back(index);
+    if (!client.call(sessions[index / o.depth], request, index, call).ok()) unsent.push_back(index);
   };
   auto on_response = [&](const rpc::Response& r) {
     const auto index = static_cast<uint32_t>(r.user_data);
@@ -148,12 +151,10 @@ void drive(const RpcBenchOptions& o, const std::string& url, uint64_t response, 
   for (uint32_t i = 0; i < calls; ++i) issue(i);
   const bool counted = o.iterations != 0 && every_call;
   for (;;) {
-    for (rpc::Client& c : clients) {
-      if (o.mode == rpc::Mode::blocking) {
-        c.wait(10ms, on_response);
-      } else {
-        c.poll(on_response);
-      }
+    if (o.mode == rpc::Mode::blocking) {
+      client.wait(10ms, on_response);
+    } else {
+      client.poll(on_response);
     }
     if (!unsent.empty()) {
       std::vector<uint32_t> retry;
@@ -167,7 +168,7 @@ void drive(const RpcBenchOptions& o, const std::string& url, uint64_t response, 
     }
     const bool finished = counted ? completed >= o.iterations : now >= measure_until;
     if (measuring && finished) break;
-    if (!clients.empty() && !clients.front().connected()) break;
+    if (client.session_count() < sessions.size()) break;  // a session closed
     if (interrupted) break;
   }
   run.measurement.end = Clock::now();

@@ -91,6 +91,26 @@ std::error_code Endpoint::reply_error(RequestToken&& token, Code code, std::stri
   return RecvHandle(std::exchange(token.held_, {})).reply_error(code, message);
 }
 
+SessionId Endpoint::open_session(std::string_view url, std::error_code& error) {
+  error.clear();
+  std::string address;
+  const detail::Transport* transport = detail::transport_for(url, address);
+  if (transport == nullptr) {
+    error = make_error_code(Errc::bad_url);
+    return {};
+  }
+  std::unique_ptr<detail::Link> link = transport->connect(address, *engine_, error);
+  if (!link) return {};
+  return engine_->add_session(std::move(link));
+}
+
+SessionId Endpoint::open_session(std::string_view url) {
+  std::error_code error;
+  const SessionId session = open_session(url, error);
+  if (error) throw_error(error, "rpc::Endpoint::open_session(" + std::string(url) + ")");
+  return session;
+}
+
 size_t Endpoint::session_count() const noexcept {
   return engine_->session_count();
 }
@@ -141,18 +161,10 @@ Client::Client(std::unique_ptr<detail::Engine> engine, SessionId session) noexce
 
 std::optional<Client> Client::connect(std::string_view url, const Options& options,
                                       std::error_code& error) {
-  error.clear();
-  std::string address;
-  const detail::Transport* transport = detail::transport_for(url, address);
-  if (transport == nullptr) {
-    error = make_error_code(Errc::bad_url);
-    return std::nullopt;
-  }
-  auto engine = std::make_unique<detail::Engine>(options);
-  std::unique_ptr<detail::Link> link = transport->connect(address, *engine, error);
-  if (!link) return std::nullopt;
-  const SessionId session = engine->add_session(std::move(link));
-  return Client(std::move(engine), session);
+  Client client(std::make_unique<detail::Engine>(options), SessionId{});
+  client.session_ = client.open_session(url, error);
+  if (error) return std::nullopt;
+  return client;
 }
 
 Client Client::connect(std::string_view url, const Options& options) {

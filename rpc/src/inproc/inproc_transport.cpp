@@ -129,7 +129,8 @@ class InprocListener final : public Listener {
     const Segment::Layout layout{
         Segment::round_ring_bytes(std::min(options_.ring_bytes, client.options().ring_bytes)),
         std::min(options_.window, client.options().window),
-        std::min(options_.max_message_bytes, client.options().max_message_bytes)};
+        std::min(options_.max_message_bytes, client.options().max_message_bytes),
+        Segment::next_color()};
     int fd = -1;
     Segment mine = Segment::create(layout, fd, error);
     if (!mine) return nullptr;

@@ -58,7 +58,8 @@ bool OutOfLineSender::commit() {
   taken_ = -1;
   if (!announce_) return true;
   return peer_.announce_buffer(
-      b.handle, OutOfLineTag{static_cast<uint32_t>(&b - slots_.data()), b.generation, true}.encode());
+      b.handle,
+      OutOfLineTag{static_cast<uint32_t>(&b - slots_.data()), b.generation, true}.encode());
 }
 
 OutOfLineReceiver::~OutOfLineReceiver() {

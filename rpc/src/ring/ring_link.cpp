@@ -31,6 +31,11 @@ RingLink::RingLink(Segment segment, int side, std::unique_ptr<RingPeer> peer)
     for (uint32_t i = 0; i < in.held.size(); ++i)
       in.held[i].next = i + 1 < in.held.size() ? i + 1 : kNone;
     in.free = 0;
+    // Positions start at the segment's color, not at what the header says now: the peer may
+    // have published already.
+    const uint64_t start = Segment::start_position(h.color);
+    in.head = in.released_position = start;
+    out_[c].pending = out_[c].published = out_[c].released_seen = start;
     in.out_of_line = std::make_unique<OutOfLineReceiver>(*peer_, limits_.window,
                                                          segment_.released_counters(theirs));
     out_[c].out_of_line =

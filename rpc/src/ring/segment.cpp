@@ -23,9 +23,19 @@ size_t page_size() noexcept {
 size_t whole_pages(size_t bytes) noexcept {
   return (bytes + page_size() - 1) & ~(page_size() - 1);
 }
-// The header and the release counters, mapped once, before the rings.
+constexpr size_t kColorStride = 128;
+constexpr size_t kHeaderArea = 8192;
+static_assert((Segment::kColors - 1) * kColorStride + sizeof(SegmentHeader) <= kHeaderArea,
+              "every color's header fits the header area");
+static_assert(Segment::start_position(Segment::kColors - 1) < 4096,
+              "every color starts within the smallest ring");
+// The header (at its color's place in the header area) and the release counters after it,
+// mapped once, before the rings.
+size_t counters_offset() noexcept {
+  return whole_pages(kHeaderArea);
+}
 size_t front_bytes(uint32_t window) noexcept {
-  return whole_pages(sizeof(SegmentHeader) +
+  return whole_pages(counters_offset() +
                      size_t{kRings} * out_of_line_slots(window) * sizeof(SharedCounter));
 }
 size_t file_bytes(const Segment::Layout& layout) noexcept {
@@ -36,6 +46,11 @@ std::error_code last_error() noexcept {
 }
 
 }  // namespace
+
+uint32_t Segment::next_color() noexcept {
+  static std::atomic<uint32_t> next{0};
+  return next.fetch_add(1, std::memory_order_relaxed) % kColors;
+}
 
 uint32_t Segment::round_ring_bytes(uint32_t bytes) noexcept {
   // A power of two (positions wrap with a mask) and at least a page (it is mapped twice).
@@ -55,6 +70,7 @@ Segment Segment::map_file(int fd, const Layout& layout, std::error_code& error) 
     return s;
   }
   s.base_ = static_cast<std::byte*>(base);
+  s.header_ = s.base_ + layout.color % kColors * kColorStride;
   s.ring_bytes_ = ring_bytes;
   s.front_bytes_ = front;
   s.slots_ = out_of_line_slots(layout.window);
@@ -97,11 +113,16 @@ Segment Segment::create(const Layout& layout, int& fd, std::error_code& error) {
     fd = -1;
     return s;
   }
-  SegmentHeader& h = *new (s.base_) SegmentHeader{};
+  SegmentHeader& h = *new (s.header_) SegmentHeader{};
   h.magic = kSegmentMagic;
   h.ring_bytes = layout.ring_bytes;
   h.window = layout.window;
   h.max_message_bytes = layout.max_message_bytes;
+  h.color = layout.color;
+  for (int r = 0; r < kRings; ++r) {
+    h.tail[r].value = start_position(layout.color);
+    h.released[r].value = start_position(layout.color);
+  }
   return s;
 }
 
@@ -122,7 +143,8 @@ Segment Segment::map(int fd, const Layout& expected, std::error_code& error) {
   if (!s) return s;
   const SegmentHeader& h = s.header();
   if (h.magic != kSegmentMagic || h.ring_bytes != expected.ring_bytes ||
-      h.window != expected.window || h.max_message_bytes != expected.max_message_bytes) {
+      h.window != expected.window || h.max_message_bytes != expected.max_message_bytes ||
+      h.color != expected.color) {
     error = make_error_code(Errc::protocol_error);
     return {};
   }
@@ -131,6 +153,7 @@ Segment Segment::map(int fd, const Layout& expected, std::error_code& error) {
 
 Segment::Segment(Segment&& other) noexcept
     : base_(std::exchange(other.base_, nullptr)),
+      header_(other.header_),
       reserved_(std::exchange(other.reserved_, 0)),
       ring_bytes_(other.ring_bytes_),
       front_bytes_(other.front_bytes_),
@@ -153,7 +176,7 @@ std::byte* Segment::ring(int index) const noexcept {
 }
 
 SharedCounter* Segment::released_counters(int index) const noexcept {
-  auto* first = reinterpret_cast<SharedCounter*>(base_ + sizeof(SegmentHeader));
+  auto* first = reinterpret_cast<SharedCounter*>(base_ + counters_offset());
   return first + size_t(index) * slots_;
 }
 

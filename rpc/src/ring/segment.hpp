@@ -34,7 +34,7 @@ struct SegmentHeader {
   uint32_t ring_bytes;
   uint32_t window;
   uint32_t max_message_bytes;
-  uint32_t unused;
+  uint32_t color;
   SharedWord tail[kRings];      // bytes published by the ring's producer
   SharedWord released[kRings];  // bytes released by the ring's consumer
   SharedWord sleeping[2];       // the endpoint of side s sleeps: signal it after a flush
@@ -52,7 +52,18 @@ class Segment {
     uint32_t ring_bytes;  // as round_ring_bytes() gives
     uint32_t window;
     uint32_t max_message_bytes;
+    uint32_t color;  // below kColors: where the header sits and the rings start (see below)
   };
+  /// Sessions of one endpoint advance in step; were their headers and ring positions at the
+  /// same offsets in their pages, a server's hot lines would all fall in the same cache sets
+  /// and thrash them from about a dozen sessions on. Each segment gets a color: its header
+  /// is shifted by color x 128 bytes and its rings start at color x 128.
+  static constexpr uint32_t kColors = 32;
+  static uint32_t next_color() noexcept;
+  /// The ring position every ring of a segment of this color starts at.
+  static constexpr uint64_t start_position(uint32_t color) noexcept {
+    return uint64_t{color} * 128;
+  }
   /// Rounds ring_bytes up to a power of two of at least a page.
   static uint32_t round_ring_bytes(uint32_t bytes) noexcept;
   /// Creates an anonymous memory file holding a new segment, sealed against resizing, and
@@ -67,7 +78,7 @@ class Segment {
   ~Segment();
 
   explicit operator bool() const noexcept { return base_ != nullptr; }
-  SegmentHeader& header() const noexcept { return *reinterpret_cast<SegmentHeader*>(base_); }
+  SegmentHeader& header() const noexcept { return *reinterpret_cast<SegmentHeader*>(header_); }
   /// The first of the two mappings of ring `index`.
   std::byte* ring(int index) const noexcept;
   /// Ring `index`'s counters of released frames, one per out-of-line buffer slot.
@@ -77,6 +88,7 @@ class Segment {
  private:
   static Segment map_file(int fd, const Layout& layout, std::error_code& error);
   std::byte* base_ = nullptr;
+  std::byte* header_ = nullptr;
   size_t reserved_ = 0;
   uint32_t ring_bytes_ = 0;
   size_t front_bytes_ = 0;

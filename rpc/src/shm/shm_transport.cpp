@@ -34,7 +34,7 @@ struct Hello {
   uint32_t ring_bytes;
   uint32_t window;
   uint32_t max_message_bytes;
-  uint32_t unused;
+  uint32_t color;
 };
 
 // Socket messages after the welcome: a wake-up, or an out-of-line payload's memory file.
@@ -209,7 +209,8 @@ class ShmListener final : public Listener {
     std::error_code error;
     Segment segment;
     if (acceptable) {
-      segment = Segment::map(fd, {hello.ring_bytes, hello.window, hello.max_message_bytes}, error);
+      segment = Segment::map(
+          fd, {hello.ring_bytes, hello.window, hello.max_message_bytes, hello.color}, error);
     }
     if (fd >= 0) close(fd);
     if (!segment) return nullptr;
@@ -277,7 +278,7 @@ std::unique_ptr<Link> connect_shm(const std::string& name, Engine& engine, std::
   }
   const Options& o = engine.options();
   const Segment::Layout layout{Segment::round_ring_bytes(o.ring_bytes), o.window,
-                               o.max_message_bytes};
+                               o.max_message_bytes, Segment::next_color()};
   int fd = -1;
   Segment segment = Segment::create(layout, fd, error);
   if (!segment) return nullptr;
@@ -295,7 +296,8 @@ std::unique_ptr<Link> connect_shm(const std::string& name, Engine& engine, std::
          errno == EAGAIN && std::chrono::steady_clock::now() < give_up) {
     usleep(1000);
   }
-  const Hello hello{kHelloMagic, layout.ring_bytes, layout.window, layout.max_message_bytes, 0};
+  const Hello hello{kHelloMagic, layout.ring_bytes, layout.window, layout.max_message_bytes,
+                    layout.color};
   if (result != 0 || !send_message(s, &hello, sizeof hello, fd)) {
     error = errno == ENOENT || errno == ECONNREFUSED ? make_error_code(Errc::not_listening)
             : errno == EAGAIN                        ? std::make_error_code(std::errc::timed_out)

@@ -20,6 +20,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string_view>
 #include <system_error>
 
 #include "rdmakit/rpc/function_ref.hpp"
@@ -213,6 +214,13 @@ class Endpoint {
   std::error_code reply(RequestToken&& token, std::span<const std::byte> response);
   std::error_code reply_with(RequestToken&& token, size_t size, Fill fill);
   std::error_code reply_error(RequestToken&& token, Code code, std::string_view message = {});
+
+  /// Opens another session from this endpoint, to any server (see server.hpp for the URLs).
+  /// Calls on all of an endpoint's sessions share its poll round and its one flush, so a
+  /// thread that talks to many peers should use one endpoint with many sessions.
+  SessionId open_session(std::string_view url);
+  /// As open_session(url); on failure sets `error` and returns an invalid id.
+  SessionId open_session(std::string_view url, std::error_code& error);
 
   /// Sessions currently open.
   size_t session_count() const noexcept;
