@@ -171,7 +171,7 @@ def print_row(title, key, medians, target, markdown):
         text = "%s %s" % (label, fmt(key, v))
         if label != "rdmakit" and "rdmakit" in medians and v:
             ratio = medians["rdmakit"] / v
-            text += " (rdmakit %.2f×)" % ratio
+            text += " (rdmakit %.3g×)" % ratio
         cells.append(text)
     verdict = ""
     if target and "rdmakit" in medians:

@@ -29,6 +29,13 @@ class Doorbell {
   static constexpr size_t kReadyWords = kReadySessions / 64;
   static_assert(kReadySessions % 64 == 0, "whole words of ready bits");
 
+  /// The endpoint reads the ready set (it has many sessions that can be marked); with few it
+  /// scans them, and peers skip marking, which costs a read-modify-write on a shared line.
+  bool wants_marks() const noexcept { return wants_marks_.load(std::memory_order_relaxed); }
+  void set_wants_marks(bool wants) noexcept {
+    wants_marks_.store(wants, std::memory_order_relaxed);
+  }
+
   /// Session `index` has frames to receive. Sequentially consistent, like the publishing
   /// store before it and the take below: a mark is never lost between a take and a look.
   void mark_ready(uint32_t index) noexcept {
@@ -48,6 +55,7 @@ class Doorbell {
  private:
   int fd_;
   std::array<std::atomic<uint64_t>, kReadyWords> ready_{};
+  std::atomic<bool> wants_marks_{false};
 };
 
 }  // namespace rdmakit::rpc::detail

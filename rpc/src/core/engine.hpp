@@ -36,7 +36,7 @@ struct Session {
   size_t reserved = 0;  // reply space reserved by our calls in flight (and a probe)
   uint32_t held = 0;    // the peer's requests not yet released by the application
   bool dirty = false;   // frames committed, not flushed
-  bool marked = false;  // visited only when its peer marks it ready (else every round)
+  bool marked = false;  // its peer can mark it ready (see Engine::poll)
   Clock::time_point last_heard{};
   Clock::time_point probe_sent{};
   bool probing = false;
@@ -90,6 +90,9 @@ class Engine final : private FrameSink {
   void request_close(SessionId id) noexcept;
 
  private:
+  // Above this many sessions whose peers can mark them ready, the engine asks for marks.
+  static constexpr size_t kScanLimit = 8;
+
   void on_frame(const FrameHeader& header, std::span<const std::byte> payload,
                 uint64_t cookie) override;
 
@@ -130,9 +133,10 @@ class Engine final : private FrameSink {
   std::vector<uint32_t> generations_;               // next generation per index
   size_t open_sessions_ = 0;
   std::vector<Session*> dirty_;
-  std::vector<uint32_t> scanned_;  // sessions not marked ready by their peer: visited every round
-  size_t ready_words_ = 0;         // words of the doorbell's ready set in use
-  Fifo<HeldRequest> queue_;        // requests for recv(), in arrival order
+  std::vector<uint32_t> scanned_;   // sessions whose peer cannot mark them: visited every round
+  std::vector<uint32_t> markable_;  // sessions whose peer can mark them ready
+  size_t ready_words_ = 0;          // words of the doorbell's ready set in use
+  Fifo<HeldRequest> queue_;         // requests for recv(), in arrival order
   std::unordered_map<uint32_t, std::function<void(RecvHandle)>> handlers_;
   std::function<void(const Response&)> default_callback_;
 

@@ -101,15 +101,22 @@ int Engine::poll(OnResponse* on_response) {
   now_ = clock_.now();
   flush_dirty();
   int handled = 0;
-  // Sessions whose peer marks them ready are visited when marked, the others every round.
-  for (size_t w = 0; w < ready_words_; ++w) {
-    for (uint64_t bits = doorbell_->take_ready(w); bits != 0; bits &= bits - 1) {
-      const auto index = static_cast<uint32_t>(w * 64 + std::countr_zero(bits));
-      if (Session* s = sessions_[index].get()) handled += visit(*s);
+  // With many sessions that peers can mark ready, only the marked ones are visited (and all
+  // of them on sweep rounds, which bounds the delay of a mark missed while marks were being
+  // turned on); with few, scanning them costs less than the peers' marking.
+  const bool sweeping = now_ >= next_sweep_;
+  if (doorbell_->wants_marks() && !sweeping) {
+    for (size_t w = 0; w < ready_words_; ++w) {
+      for (uint64_t bits = doorbell_->take_ready(w); bits != 0; bits &= bits - 1) {
+        const auto index = static_cast<uint32_t>(w * 64 + std::countr_zero(bits));
+        if (Session* s = sessions_[index].get()) handled += visit(*s);
+      }
     }
+  } else {
+    for (size_t i = 0; i < markable_.size(); ++i) handled += visit(*sessions_[markable_[i]]);
   }
   for (size_t i = 0; i < scanned_.size(); ++i) handled += visit(*sessions_[scanned_[i]]);
-  if (now_ >= next_sweep_ || cancels_pending_) sweep();
+  if (sweeping || cancels_pending_) sweep();
   flush_dirty();
   in_poll_ = false;
   on_response_ = nullptr;
@@ -121,7 +128,8 @@ int Engine::visit(Session& s) {
   receiving_ = &s;
   const int n = s.link->receive(*this, kReceiveBudget);
   receiving_ = nullptr;
-  if (s.marked && n == kReceiveBudget) doorbell_->mark_ready(s.id.index);  // more may wait
+  if (s.marked && n == kReceiveBudget && doorbell_->wants_marks())
+    doorbell_->mark_ready(s.id.index);  // more may wait
   if (std::error_code failure = s.link->failure()) close_session(s, failure);
   if (s.waiters_head != nullptr) issue_waiting_calls(s);
   return n;

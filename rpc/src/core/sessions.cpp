@@ -31,7 +31,8 @@ SessionId Engine::add_session(std::unique_ptr<Link> link) {
   s.marked = s.link->attach(index);
   if (s.marked) {
     ready_words_ = std::max(ready_words_, size_t{index} / 64 + 1);
-    doorbell_->mark_ready(index);  // frames published before the peer knew the index
+    markable_.push_back(index);
+    doorbell_->set_wants_marks(markable_.size() > kScanLimit);
   } else {
     scanned_.push_back(index);
   }
@@ -97,7 +98,12 @@ void Engine::close_session(Session& s, std::error_code why) {
 void Engine::destroy_if_done(Session& s) noexcept {
   if (s.held != 0 || s.dirty) return;  // the application still holds requests of it
   const uint32_t index = s.id.index;
-  if (!s.marked) std::erase(scanned_, index);
+  if (s.marked) {
+    std::erase(markable_, index);
+    doorbell_->set_wants_marks(markable_.size() > kScanLimit);
+  } else {
+    std::erase(scanned_, index);
+  }
   sessions_[index].reset();
 }
 

@@ -57,9 +57,9 @@ class InprocPeer final : public RingPeer {
       : peer_doorbell_(std::move(peer_doorbell)), shared_(std::move(shared)), side_(side) {}
 
   void published(bool peer_sleeping) override {
-    // An index not yet known: the peer's engine receives once when it learns it (attach()).
+    // An index not yet known, or marks not read yet: the peer's engine scans the session.
     const uint32_t peer = shared_->index[1 - side_].load(std::memory_order_seq_cst);
-    if (peer != Shared::kUnknown) peer_doorbell_->mark_ready(peer);
+    if (peer != Shared::kUnknown && peer_doorbell_->wants_marks()) peer_doorbell_->mark_ready(peer);
     if (peer_sleeping) peer_doorbell_->ring();
   }
   bool attach(uint32_t index) override {
