@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what rdmakit needs to build and test on Debian 12 (root or sudo).
+# Installs what rdmakit needs to build and test on Debian 12 (root or sudo), and any packages
+# given as arguments. Usage: scripts/setup.sh [package...]
 set -euo pipefail
 packages=(
   build-essential cmake ninja-build ccache python3 pkg-config git
@@ -7,6 +8,7 @@ packages=(
   libibverbs-dev librdmacm-dev
   ibverbs-utils rdmacm-utils perftest python3-pyverbs
   ucx-utils libfabric-bin iperf3 iproute2 procps
+  "$@"
 )
 missing=()
 for p in "${packages[@]}"; do

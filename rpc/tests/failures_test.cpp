@@ -180,18 +180,7 @@ TEST_P(RpcTest, AClientThatDiesWithCallsInFlightIsClosedAndOthersAreServed) {
   // Replying to the dead client's requests reports the closed session and frees them.
   for (RequestToken& t : held)
     EXPECT_EQ(server.reply(std::move(t), bytes("x")), Errc::session_closed);
-  // Another client is served as before.
-  Client other = Client::connect(server.url());
-  ASSERT_TRUE(other.call(bytes("still there?"), 9).ok());
-  std::string answer;
-  ASSERT_TRUE(poll_until(
-      server, {&other},
-      [&] {
-        while (auto h = server.recv()) EXPECT_FALSE(std::move(*h).reply(bytes("yes")));
-        return !answer.empty();
-      },
-      [&](const Response& r) { answer = text(r.data); }));
-  EXPECT_EQ(answer, "yes");
+  expect_new_client_served(server);  // another client is served as before
 }
 
 TEST_P(RpcTest, AServerThatDiesCompletesEveryPendingCallWithAnError) {

@@ -181,18 +181,7 @@ TEST_P(HostileShmClient, GetsItsSessionClosedWhileTheServerServesOthers) {
   ASSERT_TRUE(attacked);
   ASSERT_TRUE(hostile.has_value());
   EXPECT_FALSE(server.is_open(*hostile)) << "the scribbling client's session is closed";
-  // The server goes on: a new client is served.
-  Client other = Client::connect(server.url());
-  ASSERT_TRUE(other.call(bytes("hello"), 2).ok());
-  std::string answer;
-  ASSERT_TRUE(poll_until(
-      server, {&other},
-      [&] {
-        while (auto h = server.recv()) EXPECT_FALSE(std::move(*h).reply(bytes("served")));
-        return !answer.empty();
-      },
-      [&](const Response& r) { answer = text(r.data); }));
-  EXPECT_EQ(answer, "served");
+  expect_new_client_served(server);  // the server goes on
 }
 
 INSTANTIATE_TEST_SUITE_P(Attacks, HostileShmClient,

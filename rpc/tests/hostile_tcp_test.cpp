@@ -123,18 +123,7 @@ TEST_P(HostileTcpPeer, LosesItsSessionWhileTheServerServesOthers) {
   }
   EXPECT_EQ(n, 0) << "expected the server to close the connection";
   close(fd);
-  // Everyone else is served.
-  Client other = Client::connect(server.url(), options);
-  ASSERT_TRUE(other.call(bytes("hello"), 1).ok());
-  std::string answer;
-  ASSERT_TRUE(poll_until(
-      server, {&other},
-      [&] {
-        while (auto h = server.recv()) EXPECT_FALSE(std::move(*h).reply(bytes("served")));
-        return !answer.empty();
-      },
-      [&](const Response& r) { answer = text(r.data); }));
-  EXPECT_EQ(answer, "served");
+  expect_new_client_served(server, options);  // everyone else is served
 }
 
 INSTANTIATE_TEST_SUITE_P(Frames, HostileTcpPeer,

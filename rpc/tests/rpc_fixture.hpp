@@ -48,6 +48,21 @@ bool poll_until(Endpoint& server, std::vector<Endpoint*> clients, Done&& done,
   return true;
 }
 
+/// A client connecting now is served by `server` (polled from this thread): one call answered.
+inline void expect_new_client_served(Server& server, const Options& options = {}) {
+  Client other = Client::connect(server.url(), options);
+  ASSERT_TRUE(other.call(bytes("still there?"), 1).ok());
+  std::string answer;
+  ASSERT_TRUE(poll_until(
+      server, {&other},
+      [&] {
+        while (auto h = server.recv()) EXPECT_FALSE(std::move(*h).reply(bytes("served")));
+        return !answer.empty();
+      },
+      [&](const Response& r) { answer = text(r.data); }));
+  EXPECT_EQ(answer, "served");
+}
+
 class RpcTest : public ::testing::TestWithParam<std::string> {
  protected:
   std::string url() { return fresh_url(GetParam()); }

@@ -225,8 +225,15 @@ class ShmListener final : public Listener {
   std::deque<Early> early_;
 };
 
-bool fill_address(sockaddr_un& address, const std::string& path) {
-  if (path.size() >= sizeof address.sun_path) return false;
+// The socket address of shm://NAME (and its path); false with `error` set if there is none.
+bool shm_address(const std::string& name, sockaddr_un& address, std::string& path,
+                 std::error_code& error) {
+  path = shm_socket_path(name, error);
+  if (error) return false;
+  if (path.size() >= sizeof address.sun_path) {
+    error = make_error_code(Errc::bad_url);
+    return false;
+  }
   address.sun_family = AF_UNIX;
   std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
   return true;
@@ -236,13 +243,9 @@ bool fill_address(sockaddr_un& address, const std::string& path) {
 
 std::unique_ptr<Listener> listen_shm(const std::string& name, Engine& engine,
                                      std::error_code& error) {
-  const std::string path = shm_socket_path(name, error);
-  if (error) return nullptr;
   sockaddr_un address{};
-  if (!fill_address(address, path)) {
-    error = make_error_code(Errc::bad_url);
-    return nullptr;
-  }
+  std::string path;
+  if (!shm_address(name, address, path, error)) return nullptr;
   const int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (s < 0) {
     error = errno_code();
@@ -269,13 +272,9 @@ std::unique_ptr<Listener> listen_shm(const std::string& name, Engine& engine,
 }
 
 std::unique_ptr<Link> connect_shm(const std::string& name, Engine& engine, std::error_code& error) {
-  const std::string path = shm_socket_path(name, error);
-  if (error) return nullptr;
   sockaddr_un address{};
-  if (!fill_address(address, path)) {
-    error = make_error_code(Errc::bad_url);
-    return nullptr;
-  }
+  std::string path;
+  if (!shm_address(name, address, path, error)) return nullptr;
   const Options& o = engine.options();
   const Segment::Layout layout{Segment::round_ring_bytes(o.ring_bytes), o.window,
                                o.max_message_bytes, Segment::next_color()};
