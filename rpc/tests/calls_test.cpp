@@ -233,6 +233,29 @@ TEST_P(RpcTest, ResponseSpaceIsReservedAtCallTime) {
       [&](const Response& r) { answered += r.status.ok() && r.data.size() == 900 ? 1 : 0; }));
 }
 
+TEST_P(RpcTest, RepliesWithinALargeReservationAlwaysFit) {
+  // A reservation beyond what travels inline still reserves what inline replies can take.
+  Options options;
+  options.ring_bytes = 4096;
+  Server server = Server::listen(url(), options);
+  Client client = Client::connect(server.url(), options);
+  CallOptions o;
+  o.max_response = 100000;
+  int accepted = 0;
+  while (client.call(bytes("r"), 0, o).ok()) ++accepted;
+  ASSERT_GE(accepted, 1);
+  int answered = 0;
+  const std::string reply(1000, 'y');  // inline on the rings, most of a quarter ring each
+  ASSERT_TRUE(poll_until(
+      server, {&client},
+      [&] {
+        while (auto h = server.recv()) EXPECT_FALSE(std::move(*h).reply(bytes(reply)));
+        return answered == accepted;
+      },
+      [&](const Response& r) { answered += r.status.ok() && r.data.size() == 1000 ? 1 : 0; }));
+  EXPECT_TRUE(client.connected());
+}
+
 TEST_P(RpcTest, SixtyFourClientsOnOneServer) {
   Server server = Server::listen(url());
   std::vector<std::unique_ptr<Client>> clients;

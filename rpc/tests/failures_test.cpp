@@ -230,6 +230,34 @@ TEST_P(RpcTest, AServerThatDiesCompletesEveryPendingCallWithAnError) {
   EXPECT_EQ(client.call(bytes("y"), 4).error, Errc::session_closed);
 }
 
+TEST_P(RpcTest, ASessionClosedCallbackMayOpenAnotherSession) {
+  auto first = std::make_unique<Server>(Server::listen(url()));
+  Server second = Server::listen(url());
+  Client* self = nullptr;
+  std::optional<SessionId> reopened;
+  Options options;
+  options.on_session = [&](SessionId, SessionEvent e) {
+    if (e == SessionEvent::closed && self != nullptr) reopened = self->open_session(second.url());
+  };
+  Client client = Client::connect(first->url(), options);
+  self = &client;
+  ASSERT_TRUE(client.call(bytes("x"), 1).ok());
+  poll_until(*first, {&client}, [&] { return first->session_count() == 1; });
+  first.reset();  // the callback reconnects from inside the client's poll
+  ASSERT_TRUE(poll_until(
+      client, {}, [&] { return reopened.has_value(); }, [](const Response&) {}));
+  ASSERT_TRUE(client.call(*reopened, bytes("again"), 2).ok());
+  std::string answer;
+  ASSERT_TRUE(poll_until(
+      second, {&client},
+      [&] {
+        while (auto h = second.recv()) EXPECT_FALSE(std::move(*h).reply(bytes("yes")));
+        return !answer.empty();
+      },
+      [&](const Response& r) { answer = text(r.data); }));
+  EXPECT_EQ(answer, "yes");
+}
+
 double thread_cpu_seconds() {
   timespec ts{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,6 +17,7 @@
 #include "core/frame.hpp"
 #include "ring/segment.hpp"
 #include "rpc_fixture.hpp"
+#include "shm/unix_socket.hpp"
 
 using namespace rdmakit::rpc;
 using namespace rdmakit::rpc::testing;
@@ -182,6 +185,25 @@ TEST_P(HostileShmClient, GetsItsSessionClosedWhileTheServerServesOthers) {
   ASSERT_TRUE(hostile.has_value());
   EXPECT_FALSE(server.is_open(*hostile)) << "the scribbling client's session is closed";
   expect_new_client_served(server);  // the server goes on
+}
+
+TEST(HostileShmConnections, SilentConnectionsNeitherHangNorBlockTheServer) {
+  Server server = Server::listen(fresh_url("shm"));
+  // Connections that never send their hello wait aside; the server goes on.
+  std::vector<int> silent;
+  for (int i = 0; i < 3; ++i) {
+    const int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    std::error_code error;
+    const std::string path = detail::shm_socket_path(server.url().substr(6), error);
+    ASSERT_FALSE(error);
+    std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+    ASSERT_EQ(connect(s, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+    silent.push_back(s);
+  }
+  expect_new_client_served(server);
+  for (int s : silent) close(s);
 }
 
 INSTANTIATE_TEST_SUITE_P(Attacks, HostileShmClient,

@@ -130,8 +130,9 @@ void Engine::expire_deadlines() {
   // space kept until the late response arrives (or the session closes).
   cancels_pending_ = false;
   next_deadline_ = Clock::time_point::max();
-  for (auto& owner : sessions_) {
-    Session* s = owner.get();
+  // By index: callbacks run here may open sessions (the vector may grow).
+  for (size_t index = 0; index < sessions_.size(); ++index) {
+    Session* s = sessions_[index].get();
     if (s == nullptr || !s->open) continue;
     for (uint32_t i = 0; i < s->calls.size(); ++i) {
       CallSlot& c = s->calls[i];

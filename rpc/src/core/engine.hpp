@@ -20,6 +20,7 @@
 #include "core/doorbell.hpp"
 #include "core/fifo.hpp"
 #include "core/link.hpp"
+#include "rdmakit/error.hpp"
 #include "rdmakit/rpc/endpoint.hpp"
 
 namespace rdmakit::rpc::detail {
@@ -62,6 +63,7 @@ class Engine final : private FrameSink {
   int poll(OnResponse* on_response);
   int wait(std::chrono::microseconds timeout, OnResponse* on_response);
   void set_default_callback(std::function<void(const Response&)> callback) {
+    RDMAKIT_REQUIRE(!in_poll_, "rpc: on_response() called from inside poll()");
     default_callback_ = std::move(callback);
   }
 

@@ -67,6 +67,8 @@ std::optional<RecvHandle> Engine::recv() noexcept {
 }
 
 void Engine::handle(uint32_t method, std::function<void(RecvHandle)> handler) {
+  // A handler replaced while it runs would be destroyed under itself.
+  RDMAKIT_REQUIRE(!in_poll_, "rpc: handle() called from inside poll() (a callback or handler)");
   handlers_[method] = std::move(handler);
 }
 
@@ -110,10 +112,10 @@ std::error_code Engine::reply(HeldRequest& request, size_t size, Fill fill, Code
   h.call_id = request.call_id;
   std::byte* payload = s->link->begin(Channel::response, h);
   if (payload == nullptr) {
-    // The caller reserved this space: only a peer that broke the protocol leaves none.
+    // The caller reserved this space: only a peer that broke the protocol leaves none. The
+    // session closes at the next poll, where its calls can be answered.
     release_request(*s, request.release_cookie);
-    close_session(*s,
-                  s->link->failure() ? s->link->failure() : make_error_code(Errc::protocol_error));
+    request_close(s->id);
     return make_error_code(Errc::session_closed);
   }
   fill(std::span<std::byte>(payload, size));

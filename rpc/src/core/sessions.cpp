@@ -58,8 +58,9 @@ void Engine::request_close(SessionId id) noexcept {
 }
 
 void Engine::check_sessions(bool look_for_dead_peers) {
-  for (auto& owner : sessions_) {
-    Session* s = owner.get();
+  // By index: callbacks run here may open sessions (the vector may grow).
+  for (size_t index = 0; index < sessions_.size(); ++index) {
+    Session* s = sessions_[index].get();
     if (s == nullptr) continue;
     if (s->open) {
       if (s->close_requested) {

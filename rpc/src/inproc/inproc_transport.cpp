@@ -112,8 +112,8 @@ class InprocListener final : public Listener {
   }
 
   std::unique_ptr<Link> accept() override {
+    arrivals_.clear();  // before looking: a ring after the look wakes the next wait
     if (!has_pending_.load(std::memory_order_acquire)) return nullptr;
-    arrivals_.clear();
     std::lock_guard lock(mutex_);
     if (pending_.empty()) return nullptr;
     std::unique_ptr<Link> link = std::move(pending_.back());

@@ -6,13 +6,6 @@
 #include "ring/ring_link.hpp"
 
 namespace rdmakit::rpc::detail {
-namespace {
-
-// Buffers come in powers of two of at least this, so that slightly different sizes reuse one.
-constexpr size_t kSmallestBuffer = 64 * 1024;
-
-}  // namespace
-
 OutOfLineSender::~OutOfLineSender() {
   for (Buffer& b : slots_) {
     if (b.data != nullptr) peer_.destroy_buffer(b.data, b.bytes, b.handle);
@@ -37,17 +30,17 @@ std::byte* OutOfLineSender::take(size_t bytes, uint32_t& tag, uint64_t& handle) 
   announce_ = fits < 0;
   if (announce_) {  // a new buffer for this slot, replacing a free one too small
     if (b.data != nullptr) peer_.destroy_buffer(b.data, b.bytes, b.handle);
-    const size_t size = std::bit_ceil(std::max(bytes, kSmallestBuffer));
+    const size_t size = std::bit_ceil(std::max(bytes, kSmallestOutOfLineBuffer));
     b.data = peer_.create_buffer(size, b.handle);
     if (b.data == nullptr) {
-      b = Buffer{};
+      b.bytes = 0;  // `sent` stays: the peer's released count is cumulative
       return nullptr;
     }
     b.bytes = size;
     ++b.generation;
   }
   taken_ = slot;
-  tag = OutOfLineTag{static_cast<uint32_t>(slot), b.generation, announce_}.encode();
+  tag = OutOfLineTag{static_cast<uint32_t>(slot), b.generation, announce_, channel_}.encode();
   handle = b.handle;
   return b.data;
 }
@@ -57,9 +50,9 @@ bool OutOfLineSender::commit() {
   ++b.sent;
   taken_ = -1;
   if (!announce_) return true;
-  return peer_.announce_buffer(
-      b.handle,
-      OutOfLineTag{static_cast<uint32_t>(&b - slots_.data()), b.generation, true}.encode());
+  return peer_.announce_buffer(b.handle, OutOfLineTag{static_cast<uint32_t>(&b - slots_.data()),
+                                                      b.generation, true, channel_}
+                                             .encode());
 }
 
 OutOfLineReceiver::~OutOfLineReceiver() {
@@ -71,7 +64,7 @@ OutOfLineReceiver::~OutOfLineReceiver() {
 std::span<const std::byte> OutOfLineReceiver::open(uint32_t tag, uint64_t handle, size_t bytes,
                                                    uint32_t& slot) {
   const OutOfLineTag t = OutOfLineTag::decode(tag);
-  if (t.slot >= slots_.size()) return {};
+  if (t.slot >= slots_.size() || t.channel != channel_) return {};
   Buffer& b = slots_[t.slot];
   if (t.announce) {
     // Replacing a buffer that frames still use would pull memory from under them.

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -19,21 +20,31 @@ namespace rdmakit::rpc::detail {
 
 class RingPeer;
 
-/// The frame header's out_of_line_tag: buffer slot, its generation, and whether this frame
-/// announces the slot's buffer (the peer takes it before reading the payload).
+/// The frame header's out_of_line_tag: buffer slot, its generation, whether this frame
+/// announces the slot's buffer (the peer takes it before reading the payload), and the ring
+/// (request or response) the buffer belongs to.
 struct OutOfLineTag {
   static constexpr uint32_t kMaxSlots = 0xffff;  // 16 bits of the tag
   uint32_t slot;
   uint8_t generation;  // a check that both sides agree which buffer a slot holds
   bool announce;
+  uint8_t channel;  // 0 or 1, as Channel
 
   uint32_t encode() const noexcept {
-    return slot | (uint32_t{generation} << 16) | (announce ? 1u << 24 : 0);
+    return slot | (uint32_t{generation} << 16) | (announce ? 1u << 24 : 0) |
+           (uint32_t{channel} << 25);
   }
   static OutOfLineTag decode(uint32_t tag) noexcept {
-    return {tag & 0xffff, static_cast<uint8_t>((tag >> 16) & 0xff), ((tag >> 24) & 1) != 0};
+    return {tag & 0xffff, static_cast<uint8_t>((tag >> 16) & 0xff), ((tag >> 24) & 1) != 0,
+            static_cast<uint8_t>((tag >> 25) & 1)};
   }
 };
+/// Buffers come in powers of two of at least this, so that slightly different sizes reuse one.
+inline constexpr size_t kSmallestOutOfLineBuffer = 64 * 1024;
+/// The largest buffer a peer limited to `max_message_bytes` needs: a larger one is refused.
+inline size_t largest_out_of_line_buffer(uint32_t max_message_bytes) noexcept {
+  return std::bit_ceil(std::max<size_t>(max_message_bytes, kSmallestOutOfLineBuffer));
+}
 /// Slots for a peer that may hold `window` calls (and a liveness probe) unreleased.
 inline size_t out_of_line_slots(uint32_t window) noexcept {
   return std::min<size_t>(size_t{window} + 2, OutOfLineTag::kMaxSlots);
@@ -42,8 +53,9 @@ inline size_t out_of_line_slots(uint32_t window) noexcept {
 class OutOfLineSender {
  public:
   /// `released`: the ring's counters of released frames per slot (written by the peer).
-  OutOfLineSender(RingPeer& peer, uint32_t window, const std::atomic<uint64_t>* released)
-      : peer_(peer), released_(released), slots_(out_of_line_slots(window)) {}
+  OutOfLineSender(RingPeer& peer, uint8_t channel, uint32_t window,
+                  const std::atomic<uint64_t>* released)
+      : peer_(peer), channel_(channel), released_(released), slots_(out_of_line_slots(window)) {}
   ~OutOfLineSender();
   OutOfLineSender(const OutOfLineSender&) = delete;
   OutOfLineSender& operator=(const OutOfLineSender&) = delete;
@@ -67,6 +79,7 @@ class OutOfLineSender {
     return released_[slot].load(std::memory_order_acquire) == slots_[slot].sent;
   }
   RingPeer& peer_;
+  uint8_t channel_;
   const std::atomic<uint64_t>* released_;
   std::vector<Buffer> slots_;
   int taken_ = -1;
@@ -76,8 +89,9 @@ class OutOfLineSender {
 class OutOfLineReceiver {
  public:
   /// `released`: the ring's counters of released frames per slot, which this side writes.
-  OutOfLineReceiver(RingPeer& peer, uint32_t window, std::atomic<uint64_t>* released)
-      : peer_(peer), released_(released), slots_(out_of_line_slots(window)) {}
+  OutOfLineReceiver(RingPeer& peer, uint8_t channel, uint32_t window,
+                    std::atomic<uint64_t>* released)
+      : peer_(peer), channel_(channel), released_(released), slots_(out_of_line_slots(window)) {}
   ~OutOfLineReceiver();
   OutOfLineReceiver(const OutOfLineReceiver&) = delete;
   OutOfLineReceiver& operator=(const OutOfLineReceiver&) = delete;
@@ -101,6 +115,7 @@ class OutOfLineReceiver {
     uint64_t released = 0;  // frames released, all its buffers together
   };
   RingPeer& peer_;
+  uint8_t channel_;
   std::atomic<uint64_t>* released_;
   std::vector<Buffer> slots_;
 };

@@ -14,7 +14,8 @@ RingLink::RingLink(Segment segment, int side, std::unique_ptr<RingPeer> peer)
       peer_(std::move(peer)),
       ring_bytes_(segment_.ring_bytes()) {
   SegmentHeader& h = segment_.header();
-  limits_ = {h.window, h.max_message_bytes};
+  const Segment::Layout& layout = segment_.layout();
+  limits_ = {layout.window, layout.max_message_bytes};
   for (Channel ch : {Channel::request, Channel::response}) {
     const int c = static_cast<int>(ch);
     const int mine = ring_index(side_, ch);
@@ -33,13 +34,14 @@ RingLink::RingLink(Segment segment, int side, std::unique_ptr<RingPeer> peer)
     in.free = 0;
     // Positions start at the segment's color, not at what the header says now: the peer may
     // have published already.
-    const uint64_t start = Segment::start_position(h.color);
+    const uint64_t start = Segment::start_position(layout.color);
     in.head = in.released_position = start;
     out_[c].pending = out_[c].published = out_[c].released_seen = start;
-    in.out_of_line = std::make_unique<OutOfLineReceiver>(*peer_, limits_.window,
+    const auto channel = static_cast<uint8_t>(c);
+    in.out_of_line = std::make_unique<OutOfLineReceiver>(*peer_, channel, limits_.window,
                                                          segment_.released_counters(theirs));
-    out_[c].out_of_line =
-        std::make_unique<OutOfLineSender>(*peer_, limits_.window, segment_.released_counters(mine));
+    out_[c].out_of_line = std::make_unique<OutOfLineSender>(*peer_, channel, limits_.window,
+                                                            segment_.released_counters(mine));
   }
 }
 
@@ -61,7 +63,8 @@ void RingLink::fail(std::error_code error) noexcept {
 }
 
 size_t RingLink::reservation(uint32_t max_response) const {
-  return frame_bytes(max_response <= inline_max() ? max_response : 0);
+  // A reply up to inline_max() travels inline, whatever max_response allows beyond it.
+  return frame_bytes(std::min<size_t>(max_response, inline_max()));
 }
 
 bool RingLink::refresh_released(Out& o) {

@@ -73,6 +73,7 @@ Segment Segment::map_file(int fd, const Layout& layout, std::error_code& error) 
   s.header_ = s.base_ + layout.color % kColors * kColorStride;
   s.ring_bytes_ = ring_bytes;
   s.front_bytes_ = front;
+  s.layout_ = layout;
   s.slots_ = out_of_line_slots(layout.window);
   auto fixed = [&](std::byte* at, size_t length, size_t offset) {
     void* got = mmap(at, length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
@@ -157,6 +158,7 @@ Segment::Segment(Segment&& other) noexcept
       reserved_(std::exchange(other.reserved_, 0)),
       ring_bytes_(other.ring_bytes_),
       front_bytes_(other.front_bytes_),
+      layout_(other.layout_),
       slots_(other.slots_) {}
 
 Segment& Segment::operator=(Segment&& other) noexcept {

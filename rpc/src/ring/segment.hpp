@@ -84,6 +84,9 @@ class Segment {
   /// Ring `index`'s counters of released frames, one per out-of-line buffer slot.
   SharedCounter* released_counters(int index) const noexcept;
   uint32_t ring_bytes() const noexcept { return ring_bytes_; }
+  /// The layout as checked when the segment was created or mapped: never re-read from the
+  /// shared header, which the peer can write.
+  const Layout& layout() const noexcept { return layout_; }
 
  private:
   static Segment map_file(int fd, const Layout& layout, std::error_code& error);
@@ -92,6 +95,7 @@ class Segment {
   size_t reserved_ = 0;
   uint32_t ring_bytes_ = 0;
   size_t front_bytes_ = 0;
+  Layout layout_{};
   size_t slots_ = 0;
 };
 

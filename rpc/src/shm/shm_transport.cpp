@@ -51,9 +51,14 @@ std::error_code errno_code() noexcept {
 
 class ShmPeer final : public RingPeer {
  public:
-  ShmPeer(int socket, uint32_t window) : socket_(socket), max_files_(size_t{window} + 2) {}
+  ShmPeer(int socket, uint32_t window, uint32_t max_message_bytes)
+      : socket_(socket),
+        max_files_(out_of_line_slots(window)),
+        largest_file_(largest_out_of_line_buffer(max_message_bytes)) {}
   ~ShmPeer() override {
-    for (const File& f : files_) close(f.fd);
+    for (const std::deque<File>& queue : files_) {
+      for (const File& f : queue) close(f.fd);
+    }
     close(socket_);
   }
 
@@ -97,14 +102,16 @@ class ShmPeer final : public RingPeer {
   std::span<const std::byte> adopt_buffer(uint32_t tag, uint64_t, size_t min_bytes) override {
     // The sender passed the file before publishing the frame: it is in the socket already.
     drain();
-    if (files_.empty() || files_.front().ref != tag) return {};
-    const int fd = files_.front().fd;
-    files_.pop_front();
+    std::deque<File>& queue = files_[OutOfLineTag::decode(tag).channel];
+    if (queue.empty() || queue.front().ref != tag) return {};
+    const int fd = queue.front().fd;
+    queue.pop_front();
     struct stat st {};
     const int seals = fcntl(fd, F_GET_SEALS);
     void* at = MAP_FAILED;
     if (fstat(fd, &st) == 0 && seals >= 0 && (seals & F_SEAL_SHRINK) != 0 &&
-        static_cast<size_t>(st.st_size) >= min_bytes) {
+        static_cast<size_t>(st.st_size) >= min_bytes &&
+        static_cast<size_t>(st.st_size) <= largest_file_) {
       at = mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_SHARED | MAP_POPULATE, fd,
                 0);
     }
@@ -135,8 +142,10 @@ class ShmPeer final : public RingPeer {
         if (errno != EAGAIN && errno != EINTR) gone_ = errno_code();
         return;
       }
-      if (note.note == Note::payload && fd >= 0 && files_.size() < max_files_) {
-        files_.push_back({note.ref, fd});
+      std::deque<File>& queue =
+          files_[OutOfLineTag::decode(static_cast<uint32_t>(note.ref)).channel];
+      if (note.note == Note::payload && fd >= 0 && queue.size() < max_files_) {
+        queue.push_back({note.ref, fd});
       } else if (fd >= 0) {
         close(fd);  // not announced as a payload, or more than the window allows
       }
@@ -144,8 +153,9 @@ class ShmPeer final : public RingPeer {
   }
 
   int socket_;
-  size_t max_files_;
-  std::deque<File> files_;
+  size_t max_files_;           // per ring: no more than its slots
+  size_t largest_file_;        // no larger than the largest message needs
+  std::deque<File> files_[2];  // by the ring (Channel) the buffer belongs to
   std::error_code gone_;
 };
 
@@ -166,14 +176,13 @@ class ShmListener final : public Listener {
       if (s < 0) break;
       early_.push_back({s, now + options_.connect_timeout});
     }
-    while (!early_.empty()) {
+    for (size_t n = early_.size(); n > 0; --n) {  // each waiting one looked at once
       Early e = early_.front();
       early_.pop_front();
       bool waiting = false;
       if (std::unique_ptr<Link> link = greet(e.socket, waiting)) return link;
       if (waiting && now < e.give_up) {
         early_.push_back(e);
-        if (early_.front().socket == e.socket) break;  // only waiting ones left
       } else {
         close(e.socket);
       }
@@ -214,8 +223,8 @@ class ShmListener final : public Listener {
     }
     if (fd >= 0) close(fd);
     if (!segment) return nullptr;
-    return std::make_unique<RingLink>(std::move(segment), 1,
-                                      std::make_unique<ShmPeer>(s, hello.window));
+    return std::make_unique<RingLink>(
+        std::move(segment), 1, std::make_unique<ShmPeer>(s, hello.window, hello.max_message_bytes));
   }
 
   int socket_;
@@ -306,8 +315,8 @@ std::unique_ptr<Link> connect_shm(const std::string& name, Engine& engine, std::
     return nullptr;
   }
   close(fd);
-  return std::make_unique<RingLink>(std::move(segment), 0,
-                                    std::make_unique<ShmPeer>(s, layout.window));
+  return std::make_unique<RingLink>(
+      std::move(segment), 0, std::make_unique<ShmPeer>(s, layout.window, layout.max_message_bytes));
 }
 
 }  // namespace rdmakit::rpc::detail

@@ -98,7 +98,12 @@ int TcpLink::receive(FrameSink& sink, int budget) {
   send_pending();  // the rest of a flush the socket did not take at once
   if (hello_missing_ > 0 && !read_hello()) return 0;
   int delivered = deliver(sink, budget);
-  bool more = true;
+  // A peer that sends but does not read would make our output grow without end: honest
+  // traffic never has more unsent than a window of requests and one of replies, so beyond
+  // that stop reading (TCP then holds the peer back).
+  const uint64_t most_unsent =
+      2 * uint64_t{limits_.window} * (frame_bytes(limits_.max_message_bytes) + sizeof(FrameHeader));
+  bool more = committed_ - sent_ <= most_unsent;
   while (more && delivered < budget && !failure_ && !closed_) {
     more = read_some();
     delivered += deliver(sink, budget - delivered);

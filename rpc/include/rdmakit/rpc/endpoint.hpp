@@ -186,12 +186,13 @@ class Endpoint {
   /// after Options::spin. Returns the messages handled (0: timed out).
   int wait(std::chrono::microseconds timeout, OnResponse on_response);
   int wait(std::chrono::microseconds timeout);
-  /// The callback poll() and wait() use when not given one.
+  /// The callback poll() and wait() use when not given one. Not from inside poll().
   void on_response(std::function<void(const Response&)> callback);
 
   /// The next request not taken by a handler, in arrival order per session.
   std::optional<RecvHandle> recv() noexcept;
   /// Requests for `method` go to `handler`, called from poll() (replaces an earlier one).
+  /// Not from inside poll() (a handler or callback): that stops the program.
   void handle(uint32_t method, std::function<void(RecvHandle)> handler);
 
   /// Calls over `session`: copies the request into the send space and reserves
