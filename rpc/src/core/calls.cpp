@@ -234,13 +234,8 @@ void Engine::forget(CallAwaitable& awaiter) noexcept {
 namespace rdmakit::rpc {
 
 bool CallAwaitable::try_issue() noexcept {
-  const std::span<const std::byte> request = request_;
-  CallResult r = engine_->call(
-      session_, request.size(),
-      [request](std::span<std::byte> out) {
-        if (!request.empty()) std::memcpy(out.data(), request.data(), request.size());
-      },
-      0, options_, this);
+  CallResult r =
+      engine_->call(session_, request_.size(), detail::copying(request_), 0, options_, this);
   if (r.ok()) {
     id_ = r.id;
     state_ = State::in_flight;

@@ -59,12 +59,8 @@ void Endpoint::handle(uint32_t method, std::function<void(RecvHandle)> handler) 
 
 CallResult Endpoint::call(SessionId session, std::span<const std::byte> request, uint64_t user_data,
                           const CallOptions& options) {
-  return engine_->call(
-      session, request.size(),
-      [request](std::span<std::byte> out) {
-        if (!request.empty()) std::memcpy(out.data(), request.data(), request.size());
-      },
-      user_data, options, nullptr);
+  return engine_->call(session, request.size(), detail::copying(request), user_data, options,
+                       nullptr);
 }
 CallResult Endpoint::call_with(SessionId session, size_t size, Fill fill, uint64_t user_data,
                                const CallOptions& options) {
@@ -79,16 +75,16 @@ bool Endpoint::cancel(CallId id) noexcept {
 }
 
 std::error_code Endpoint::reply(RequestToken&& token, std::span<const std::byte> response) {
-  RDMAKIT_REQUIRE(token.held_.engine != nullptr, "rpc: reply with an empty RequestToken");
-  return RecvHandle(std::exchange(token.held_, {})).reply(response);
+  RDMAKIT_REQUIRE(token, "rpc: reply with an empty RequestToken");
+  return RecvHandle(token.held_.release()).reply(response);
 }
 std::error_code Endpoint::reply_with(RequestToken&& token, size_t size, Fill fill) {
-  RDMAKIT_REQUIRE(token.held_.engine != nullptr, "rpc: reply with an empty RequestToken");
-  return RecvHandle(std::exchange(token.held_, {})).reply_with(size, fill);
+  RDMAKIT_REQUIRE(token, "rpc: reply with an empty RequestToken");
+  return RecvHandle(token.held_.release()).reply_with(size, fill);
 }
 std::error_code Endpoint::reply_error(RequestToken&& token, Code code, std::string_view message) {
-  RDMAKIT_REQUIRE(token.held_.engine != nullptr, "rpc: reply with an empty RequestToken");
-  return RecvHandle(std::exchange(token.held_, {})).reply_error(code, message);
+  RDMAKIT_REQUIRE(token, "rpc: reply with an empty RequestToken");
+  return RecvHandle(token.held_.release()).reply_error(code, message);
 }
 
 SessionId Endpoint::open_session(std::string_view url, std::error_code& error) {

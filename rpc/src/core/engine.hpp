@@ -8,6 +8,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -24,6 +25,14 @@
 #include "rdmakit/rpc/endpoint.hpp"
 
 namespace rdmakit::rpc::detail {
+
+/// A Fill that copies `bytes` the caller already has (a request or a reply); valid for the
+/// call it is passed to.
+inline auto copying(std::span<const std::byte> bytes) noexcept {
+  return [bytes](std::span<std::byte> out) {
+    if (!bytes.empty()) std::memcpy(out.data(), bytes.data(), bytes.size());
+  };
+}
 
 struct Session {
   Session(std::unique_ptr<Link> l, uint32_t index, uint32_t generation_)

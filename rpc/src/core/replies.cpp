@@ -9,14 +9,6 @@
 #include "rdmakit/error.hpp"
 
 namespace rdmakit::rpc::detail {
-namespace {
-
-void copy_into(std::span<std::byte> out, std::span<const std::byte> bytes) {
-  if (!bytes.empty()) std::memcpy(out.data(), bytes.data(), bytes.size());
-}
-
-}  // namespace
-
 void Engine::on_frame(const FrameHeader& h, std::span<const std::byte> payload, uint64_t cookie) {
   Session& s = *receiving_;
   s.last_heard = now_;
@@ -138,50 +130,42 @@ void Engine::drop(HeldRequest& request) noexcept {
   reply_error(request, Code::cancelled, "the server dropped the request without a reply");
 }
 
+PinnedRequest::PinnedRequest(PinnedRequest&& other) noexcept : held_(other.release()) {}
+PinnedRequest& PinnedRequest::operator=(PinnedRequest&& other) noexcept {
+  if (this != &other) {
+    if (held_.engine != nullptr) held_.engine->drop(held_);
+    held_ = other.release();
+  }
+  return *this;
+}
+PinnedRequest::~PinnedRequest() {
+  if (held_.engine != nullptr) held_.engine->drop(held_);
+}
+HeldRequest PinnedRequest::release() noexcept {
+  return std::exchange(held_, {});
+}
+
 }  // namespace rdmakit::rpc::detail
 
 namespace rdmakit::rpc {
 
-RecvHandle::RecvHandle(RecvHandle&& other) noexcept : held_(std::exchange(other.held_, {})) {}
-RecvHandle& RecvHandle::operator=(RecvHandle&& other) noexcept {
-  if (this != &other) {
-    if (held_.engine != nullptr) held_.engine->drop(held_);
-    held_ = std::exchange(other.held_, {});
-  }
-  return *this;
-}
-RecvHandle::~RecvHandle() {
-  if (held_.engine != nullptr) held_.engine->drop(held_);
-}
-
 std::error_code RecvHandle::reply(std::span<const std::byte> response) && {
-  RDMAKIT_REQUIRE(held_.engine != nullptr, "rpc: reply on an empty or moved-from RecvHandle");
-  return held_.engine->reply(
-      held_, response.size(),
-      [response](std::span<std::byte> out) { detail::copy_into(out, response); }, Code::ok);
+  detail::HeldRequest& held = held_.get();
+  RDMAKIT_REQUIRE(held.engine != nullptr, "rpc: reply on an empty or moved-from RecvHandle");
+  return held.engine->reply(held, response.size(), detail::copying(response), Code::ok);
 }
 std::error_code RecvHandle::reply_with(size_t size, Fill fill) && {
-  RDMAKIT_REQUIRE(held_.engine != nullptr, "rpc: reply on an empty or moved-from RecvHandle");
-  return held_.engine->reply(held_, size, fill, Code::ok);
+  detail::HeldRequest& held = held_.get();
+  RDMAKIT_REQUIRE(held.engine != nullptr, "rpc: reply on an empty or moved-from RecvHandle");
+  return held.engine->reply(held, size, fill, Code::ok);
 }
 std::error_code RecvHandle::reply_error(Code code, std::string_view message) && {
-  RDMAKIT_REQUIRE(held_.engine != nullptr, "rpc: reply on an empty or moved-from RecvHandle");
-  return held_.engine->reply_error(held_, code, message);
+  detail::HeldRequest& held = held_.get();
+  RDMAKIT_REQUIRE(held.engine != nullptr, "rpc: reply on an empty or moved-from RecvHandle");
+  return held.engine->reply_error(held, code, message);
 }
 RequestToken RecvHandle::into_token() && noexcept {
-  return RequestToken(std::exchange(held_, {}));
-}
-
-RequestToken::RequestToken(RequestToken&& other) noexcept : held_(std::exchange(other.held_, {})) {}
-RequestToken& RequestToken::operator=(RequestToken&& other) noexcept {
-  if (this != &other) {
-    if (held_.engine != nullptr) held_.engine->drop(held_);
-    held_ = std::exchange(other.held_, {});
-  }
-  return *this;
-}
-RequestToken::~RequestToken() {
-  if (held_.engine != nullptr) held_.engine->drop(held_);
+  return RequestToken(held_.release());
 }
 
 }  // namespace rdmakit::rpc

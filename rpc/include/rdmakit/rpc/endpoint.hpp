@@ -42,6 +42,25 @@ struct HeldRequest {
   uint64_t release_cookie = 0;
   std::span<const std::byte> data;
 };
+/// Owns a HeldRequest: moving hands it on, destroying it unanswered answers the caller
+/// Code::cancelled. What RecvHandle and RequestToken share.
+class PinnedRequest {
+ public:
+  PinnedRequest() = default;
+  explicit PinnedRequest(HeldRequest held) noexcept : held_(held) {}
+  PinnedRequest(PinnedRequest&& other) noexcept;
+  PinnedRequest& operator=(PinnedRequest&& other) noexcept;
+  ~PinnedRequest();
+
+  const HeldRequest& get() const noexcept { return held_; }
+  /// For the engine's reply, which empties it (engine = nullptr) when it consumes it.
+  HeldRequest& get() noexcept { return held_; }
+  /// Hands the request on; this one is empty afterwards.
+  HeldRequest release() noexcept;
+
+ private:
+  HeldRequest held_;
+};
 }  // namespace detail
 
 /// Builds a message in place: receives the span to fill (exactly the size asked for).
@@ -78,23 +97,18 @@ struct CallResult {
 class RequestToken {
  public:
   RequestToken() = default;
-  RequestToken(RequestToken&& other) noexcept;
-  RequestToken& operator=(RequestToken&& other) noexcept;
-  RequestToken(const RequestToken&) = delete;
-  RequestToken& operator=(const RequestToken&) = delete;
-  ~RequestToken();
 
-  explicit operator bool() const noexcept { return held_.engine != nullptr; }
-  std::span<const std::byte> data() const noexcept { return held_.data; }
-  uint32_t method() const noexcept { return held_.method; }
-  SessionId session() const noexcept { return held_.session; }
-  uint32_t max_response() const noexcept { return held_.max_response; }
+  explicit operator bool() const noexcept { return held_.get().engine != nullptr; }
+  std::span<const std::byte> data() const noexcept { return held_.get().data; }
+  uint32_t method() const noexcept { return held_.get().method; }
+  SessionId session() const noexcept { return held_.get().session; }
+  uint32_t max_response() const noexcept { return held_.get().max_response; }
 
  private:
   friend class RecvHandle;
   friend class Endpoint;
   explicit RequestToken(detail::HeldRequest held) noexcept : held_(held) {}
-  detail::HeldRequest held_;
+  detail::PinnedRequest held_;
 };
 
 /// A received request. data() reads it where it arrived (no copy) and stays valid until the
@@ -104,17 +118,11 @@ class RequestToken {
 /// the program. A handle destroyed without a reply answers the caller Code::cancelled.
 class RecvHandle {
  public:
-  RecvHandle(RecvHandle&& other) noexcept;
-  RecvHandle& operator=(RecvHandle&& other) noexcept;
-  RecvHandle(const RecvHandle&) = delete;
-  RecvHandle& operator=(const RecvHandle&) = delete;
-  ~RecvHandle();
-
-  std::span<const std::byte> data() const noexcept { return held_.data; }
-  uint32_t method() const noexcept { return held_.method; }
-  SessionId session() const noexcept { return held_.session; }
+  std::span<const std::byte> data() const noexcept { return held_.get().data; }
+  uint32_t method() const noexcept { return held_.get().method; }
+  SessionId session() const noexcept { return held_.get().session; }
   /// Bytes the caller reserved for the reply: a larger reply is refused.
-  uint32_t max_response() const noexcept { return held_.max_response; }
+  uint32_t max_response() const noexcept { return held_.get().max_response; }
 
   /// Sends `response` (copied once into the transport's send space). Never fails for lack
   /// of space (the caller reserved it); fails with Errc::response_too_large (the caller gets
@@ -131,7 +139,7 @@ class RecvHandle {
   friend class detail::Engine;
   friend class Endpoint;
   explicit RecvHandle(detail::HeldRequest held) noexcept : held_(held) {}
-  detail::HeldRequest held_;
+  detail::PinnedRequest held_;
 };
 
 /// `co_await endpoint.call(...)`: issues the call (suspending while the window is full),
