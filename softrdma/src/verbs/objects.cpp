@@ -21,7 +21,15 @@ PeerArena& self_peer() {
   return *cached;
 }
 
+std::mutex& local_qp_walk_mutex() {
+  static auto* walking = new std::mutex;  // never destroyed: helper threads may outlive exit()
+  return *walking;
+}
+
 void local_qp_set(uint32_t qpn, Qp* qp) {
+  // A walk that already read this entry finishes with the QP before it can be destroyed.
+  std::unique_lock walking(local_qp_walk_mutex(), std::defer_lock);
+  if (qp == nullptr) walking.lock();
   g_local_qps[qpn - Registry::kFirstQpn].store(qp, std::memory_order_release);
 }
 

@@ -175,12 +175,16 @@ int eventfd_for_channel();
 /// This process's view of its own arena as a peer (for pushing into its own queues).
 PeerArena& self_peer();
 
-/// Local QPs by number, for send-queue retirement in poll_cq.
+/// Local QPs by number, for send-queue retirement in poll_cq. Clearing an entry waits for
+/// a for_each_local_qp() in progress, so a QP is not destroyed under it.
 void local_qp_set(uint32_t qpn, Qp* qp);
 Qp* local_qp(uint32_t qpn);
+/// Held while for_each_local_qp() walks the QPs.
+std::mutex& local_qp_walk_mutex();
 /// Calls `fn` for every QP of this process (slow: for rare events such as a lost link).
 template <typename Fn>
 void for_each_local_qp(Fn fn) {
+  std::lock_guard walking(local_qp_walk_mutex());
   for (uint32_t i = 0; i < Registry::kQpCapacity; ++i)
     if (Qp* qp = local_qp(Registry::kFirstQpn + i)) fn(*qp);
 }
