@@ -64,12 +64,7 @@ void drop_queued_events(CmId* id) {
     if ((*it)->event.id == &id->id) {
       delete *it;
       it = ch->queue.erase(it);
-      // Take its count back if it is still there; a reader may have taken it already, and
-      // then finds the queue empty and waits on.
-      pollfd p{ch->channel.fd, POLLIN, 0};
-      uint64_t count;
-      if (poll(&p, 1, 0) == 1) [[maybe_unused]]
-        ssize_t n = read(ch->channel.fd, &count, sizeof count);
+      consume_count(ch);
     } else {
       ++it;
     }
@@ -107,6 +102,10 @@ SOFTRDMA_EXPORT int rdma_create_id(rdma_event_channel* channel, rdma_cm_id** id,
 
 SOFTRDMA_EXPORT int rdma_destroy_id(rdma_cm_id* cm_id) {
   CmId* id = to_id(cm_id);
+  {
+    std::unique_lock lock(id->ack_mutex);
+    id->all_acked.wait(lock, [id] { return id->events_acked == id->events_reported; });
+  }
   {
     std::lock_guard lock(cm_mutex());
     if (id->state == IdState::kConnected && !is_ud(id)) send_msg(id, make_msg(MsgType::kDreq));

@@ -25,13 +25,19 @@ struct CmId;
 struct Event {
   rdma_cm_event event;  // first
   uint8_t private_data[kMaxPrivateData];
+  CmId* counted_on = nullptr;  // the id whose events_reported this event incremented
 };
 
 struct EventChannel {
   rdma_event_channel channel;  // first: {int fd}, readable while events wait
   std::mutex mutex;
   std::condition_variable arrived;  // for synchronous ids, which wait without the fd
-  std::deque<Event*> queue;
+  std::deque<Event*> queue;  // the eventfd's count equals its length (both change under mutex)
+  // Threads blocked in rdma_get_cm_event. As with the kernel's channel, a reader inside when
+  // the channel is destroyed waits for ever (rping's event thread relies on it); the channel's
+  // memory then stays for it.
+  int waiters = 0;
+  bool destroyed = false;
   // The synchronous id this channel is private to (its children share it until
   // rdma_get_request gives them their own); null for application channels.
   const CmId* owner = nullptr;
@@ -78,8 +84,13 @@ struct CmId {
   bool has_child_qp_attr = false;
   ibv_qp_init_attr child_qp_attr{};
   ibv_pd* child_pd = nullptr;
-  // Synchronous ids: the result of the last blocking step.
-  std::mutex mutex;
+  // Events rdma_get_cm_event handed out for this id (a connection request counts on its
+  // listener) and those acknowledged: rdma_destroy_id waits until they are equal, as
+  // librdmacm does, so an event thread never handles an event of a destroyed id.
+  std::mutex ack_mutex;
+  std::condition_variable all_acked;
+  uint64_t events_reported = 0;
+  uint64_t events_acked = 0;
 };
 
 inline EventChannel* to_channel(rdma_event_channel* c) {
@@ -96,5 +107,9 @@ void post_event(CmId* id, rdma_cm_event_type type, int status, const CmMsg* msg 
 
 /// Synchronous ids: waits for the next event of `id`; returns it, or nullptr on timeout.
 Event* wait_event(CmId* id, int timeout_ms);
+
+/// Takes one from the channel's eventfd count for an event leaving the queue (the caller
+/// holds ch->mutex), unless the application read the fd itself.
+void consume_count(EventChannel* ch);
 
 }  // namespace softrdma::cm

@@ -1,9 +1,12 @@
 // Event channels: rdma_create_event_channel, rdma_get_cm_event, rdma_ack_cm_event.
+#include <fcntl.h>
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <unordered_set>
 
 #include "cm/cm_context.hpp"
 #include "cm/cm_objects.hpp"
@@ -35,11 +38,40 @@ void fill_params(Event& e, CmId* id, const CmMsg& m) {
   }
 }
 
-Event* pop(EventChannel* ch) {
-  std::lock_guard lock(ch->mutex);
-  if (ch->queue.empty()) return nullptr;
+}  // namespace
+
+void consume_count(EventChannel* ch) {
+  pollfd p{ch->channel.fd, POLLIN, 0};
+  uint64_t count;
+  if (poll(&p, 1, 0) == 1) [[maybe_unused]]
+    ssize_t n = read(ch->channel.fd, &count, sizeof count);
+}
+
+namespace {
+
+// Channels alive. A thread that enters rdma_get_cm_event on a channel another
+// thread has destroyed finds it missing here and waits for ever: with the kernel's channel it
+// would either be inside read() already (and wait for ever) or read a closed fd, and
+// rping's event thread, which comes back after the main thread closed the channel,
+// relies on the first.
+std::mutex& live_mutex() {
+  static auto* m = new std::mutex;  // never destroyed: event threads may outlive exit()
+  return *m;
+}
+std::unordered_set<const EventChannel*>& live_channels() {
+  static auto* set = new std::unordered_set<const EventChannel*>;
+  return *set;
+}
+
+[[noreturn]] void wait_forever() {
+  for (;;) pause();
+}
+
+// The caller holds ch->mutex and has seen the queue non-empty.
+Event* take_front(EventChannel* ch) {
   Event* e = ch->queue.front();
   ch->queue.pop_front();
+  consume_count(ch);
   return e;
 }
 
@@ -56,10 +88,10 @@ void post_event(CmId* id, rdma_cm_event_type type, int status, const CmMsg* msg,
   {
     std::lock_guard lock(ch->mutex);
     ch->queue.push_back(e);
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = write(ch->channel.fd, &one, sizeof one);
   }
   ch->arrived.notify_all();
-  const uint64_t one = 1;
-  [[maybe_unused]] ssize_t n = write(ch->channel.fd, &one, sizeof one);
 }
 
 Event* wait_event(CmId* id, int timeout_ms) {
@@ -68,11 +100,7 @@ Event* wait_event(CmId* id, int timeout_ms) {
   if (!ch->arrived.wait_for(lock, std::chrono::milliseconds(timeout_ms),
                             [ch] { return !ch->queue.empty(); }))
     return nullptr;
-  Event* e = ch->queue.front();
-  ch->queue.pop_front();
-  uint64_t count;  // keep the fd's count equal to the queue's length
-  [[maybe_unused]] ssize_t n = read(ch->channel.fd, &count, sizeof count);
-  return e;
+  return take_front(ch);
 }
 
 EventChannel* new_channel(const CmId* owner) {
@@ -83,12 +111,22 @@ EventChannel* new_channel(const CmId* owner) {
     delete ch;
     return nullptr;
   }
+  std::lock_guard lock(live_mutex());
+  live_channels().insert(ch);
   return ch;
 }
 
 void delete_channel(EventChannel* ch) {
-  for (Event* e : ch->queue) delete e;
-  close(ch->channel.fd);
+  {
+    std::lock_guard live(live_mutex());
+    live_channels().erase(ch);
+    std::lock_guard lock(ch->mutex);
+    for (Event* e : ch->queue) delete e;
+    ch->queue.clear();
+    close(ch->channel.fd);
+    ch->destroyed = true;
+    if (ch->waiters > 0) return;  // they keep it (see EventChannel::waiters)
+  }
   delete ch;
 }
 
@@ -110,15 +148,37 @@ SOFTRDMA_EXPORT int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event
     errno = EINVAL;
     return -1;
   }
-  for (;;) {
-    uint64_t count;
-    if (read(channel->fd, &count, sizeof count) != sizeof count) return -1;  // errno set
-    // Empty only if the event's id was destroyed meanwhile: wait for the next one.
-    if (Event* e = pop(to_channel(channel))) {
-      *event = &e->event;
-      return 0;
-    }
+  EventChannel* ch = to_channel(channel);
+  std::unique_lock live(live_mutex());
+  if (!live_channels().contains(ch)) {
+    live.unlock();
+    wait_forever();
   }
+  std::unique_lock lock(ch->mutex);
+  live.unlock();
+  const int flags = fcntl(channel->fd, F_GETFL);  // valid: closed only under ch->mutex
+  if (flags < 0) return -1;                       // errno set
+  if ((flags & O_NONBLOCK) && ch->queue.empty()) {
+    errno = EAGAIN;
+    return -1;
+  }
+  ++ch->waiters;
+  // Woken by post_event; an event dropped with its id before we run leaves the queue empty.
+  ch->arrived.wait(lock, [ch] { return !ch->queue.empty() || ch->destroyed; });
+  if (ch->destroyed) ch->arrived.wait(lock, [] { return false; });  // never returns
+  --ch->waiters;
+  Event* e = take_front(ch);
+  lock.unlock();
+  rdma_cm_id* counted = e->event.event == RDMA_CM_EVENT_CONNECT_REQUEST && e->event.listen_id
+                            ? e->event.listen_id
+                            : e->event.id;
+  e->counted_on = to_id(counted);
+  {
+    std::lock_guard ack_lock(e->counted_on->ack_mutex);
+    ++e->counted_on->events_reported;
+  }
+  *event = &e->event;
+  return 0;
 }
 
 SOFTRDMA_EXPORT int rdma_ack_cm_event(rdma_cm_event* event) {
@@ -126,7 +186,13 @@ SOFTRDMA_EXPORT int rdma_ack_cm_event(rdma_cm_event* event) {
     errno = EINVAL;
     return -1;
   }
-  delete reinterpret_cast<Event*>(event);
+  auto* e = reinterpret_cast<Event*>(event);
+  if (CmId* id = e->counted_on) {
+    std::lock_guard lock(id->ack_mutex);
+    ++id->events_acked;
+    id->all_acked.notify_all();
+  }
+  delete e;
   return 0;
 }
 
