@@ -109,6 +109,7 @@ QpBuilder builder_for(const Resources& resources, const ConnectionOptions& optio
       .retry_count(options.timers.retry_count)
       .rnr_retry(options.timers.rnr_retry)
       .min_rnr_timer(options.timers.min_rnr_timer);
+  if (options.srq) b.srq(*options.srq);
   return b;
 }
 

@@ -20,9 +20,11 @@ namespace {
 // Milliseconds left until `deadline`, at least 0; -1 (forever) for the maximal time point.
 int remaining_ms(Deadline deadline) {
   if (deadline == Deadline::max()) return -1;
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-      deadline - std::chrono::steady_clock::now());
-  return left.count() < 0 ? 0 : static_cast<int>(left.count()) + 1;
+  // Rounded up, so the wait never ends early; a deadline already reached does not wait at
+  // all (a zero wait only looks).
+  const auto left =
+      std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+  return left.count() <= 0 ? 0 : static_cast<int>(left.count());
 }
 
 bool wait_for(int fd, short events, Deadline deadline, std::error_code& ec) {

@@ -65,6 +65,9 @@ struct ConnectionOptions {
   std::vector<std::byte> user_data;
   // Bound on each step (TCP connect, address and route resolution, handshake).
   std::chrono::milliseconds timeout{5000};
+  // Attach the QP to this shared receive queue (its receives are posted there, not on the
+  // QP): many connections then share one pool of receive buffers.
+  std::shared_ptr<SharedReceiveQueue> srq;
 };
 
 class Connection {

@@ -16,6 +16,8 @@ const Transport* transport_for(std::string_view url, std::string& address) noexc
   static const Transport inproc{listen_inproc, connect_inproc};
   static const Transport shm{listen_shm, connect_shm};
   static const Transport tcp{listen_tcp, connect_tcp};
+  static const Transport rc{listen_rc, connect_rc};
+  static const Transport rc_tcp{listen_rc_tcp, connect_rc_tcp};
 
   const size_t sep = url.find("://");
   if (sep == std::string_view::npos || sep + 3 == url.size()) return nullptr;
@@ -24,6 +26,8 @@ const Transport* transport_for(std::string_view url, std::string& address) noexc
   if (scheme == "inproc") return &inproc;
   if (scheme == "shm") return &shm;
   if (scheme == "tcp") return &tcp;
+  if (scheme == "rc") return &rc;
+  if (scheme == "rc+tcp") return &rc_tcp;
 
   return nullptr;
 }

@@ -67,6 +67,9 @@ class Engine final : private FrameSink {
   void set_listener(std::unique_ptr<Listener> listener);
   const std::string& url() const noexcept;
   SessionId add_session(std::unique_ptr<Link> link);
+  /// What a transport keeps per endpoint (e.g. the RDMA device and shared receive queue),
+  /// under a key of its own; it outlives every session.
+  std::shared_ptr<void>& transport_state(const void* key) { return transport_states_[key]; }
 
   // engine_poll.cpp
   int poll(OnResponse* on_response);
@@ -138,6 +141,7 @@ class Engine final : private FrameSink {
   void on_probe(Session& s, const FrameHeader& header, uint64_t cookie);
 
   Options options_;
+  std::unordered_map<const void*, std::shared_ptr<void>> transport_states_;  // before sessions
   std::shared_ptr<Doorbell> doorbell_;
   std::unique_ptr<Listener> listener_;
   std::vector<std::unique_ptr<Session>> sessions_;  // by SessionId::index; null: free

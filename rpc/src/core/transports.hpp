@@ -1,4 +1,6 @@
-// The transports, chosen by a URL's scheme: inproc://NAME, shm://NAME, tcp://HOST:PORT.
+// The transports, chosen by a URL's scheme: inproc://NAME, shm://NAME, tcp://HOST:PORT,
+// rc://HOST:PORT (RDMA RC, connected through RDMA CM) and rc+tcp://HOST:PORT (RDMA RC,
+// connected through rdmakit's TCP exchange).
 #pragma once
 
 #include <memory>
@@ -23,6 +25,10 @@ std::unique_ptr<Listener> listen_shm(const std::string& name, Engine&, std::erro
 std::unique_ptr<Link> connect_shm(const std::string& name, Engine&, std::error_code&);
 std::unique_ptr<Listener> listen_tcp(const std::string& host_port, Engine&, std::error_code&);
 std::unique_ptr<Link> connect_tcp(const std::string& host_port, Engine&, std::error_code&);
+std::unique_ptr<Listener> listen_rc(const std::string& host_port, Engine&, std::error_code&);
+std::unique_ptr<Link> connect_rc(const std::string& host_port, Engine&, std::error_code&);
+std::unique_ptr<Listener> listen_rc_tcp(const std::string& host_port, Engine&, std::error_code&);
+std::unique_ptr<Link> connect_rc_tcp(const std::string& host_port, Engine&, std::error_code&);
 
 struct Transport {
   ListenFn listen;
