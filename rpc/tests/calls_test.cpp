@@ -35,7 +35,7 @@ static_assert(!std::is_copy_constructible_v<RecvHandle> &&
 
 TEST_P(RpcTest, EchoCarriesUserDataAndStatus) {
   Server server = Server::listen(url());
-  Client client = Client::connect(server.url());
+  Client client = connect_to(server);
   ASSERT_TRUE(client.call(bytes("hello"), 42).ok());
   std::optional<Response> got;
   std::string body;
@@ -57,7 +57,7 @@ TEST_P(RpcTest, EchoCarriesUserDataAndStatus) {
 
 TEST_P(RpcTest, RequestBytesStayPinnedWhereTheyArrivedAcrossPolls) {
   Server server = Server::listen(url());
-  Client client = Client::connect(server.url());
+  Client client = connect_to(server);
   ASSERT_TRUE(client.call(bytes("first, held"), 0).ok());
   std::optional<RecvHandle> held;
   ASSERT_TRUE(poll_until(server, {&client}, [&] {
@@ -84,7 +84,7 @@ TEST_P(RpcTest, RequestBytesStayPinnedWhereTheyArrivedAcrossPolls) {
 
 TEST_P(RpcTest, RequestsArriveInCallOrderAndDeferredRepliesGoBackInAnyOrder) {
   Server server = Server::listen(url());
-  Client client = Client::connect(server.url());
+  Client client = connect_to(server);
   constexpr int kCalls = 32;
   for (int i = 0; i < kCalls; ++i) {
     const std::string body = "call " + std::to_string(i);
@@ -110,7 +110,7 @@ TEST_P(RpcTest, RequestsArriveInCallOrderAndDeferredRepliesGoBackInAnyOrder) {
 
 TEST_P(RpcTest, DroppedHandlesAndTokensAnswerTheCallerCancelled) {
   Server server = Server::listen(url());
-  Client client = Client::connect(server.url());
+  Client client = connect_to(server);
   ASSERT_TRUE(client.call(bytes("drop my handle"), 1).ok());
   ASSERT_TRUE(client.call(bytes("drop my token"), 2).ok());
   std::map<uint64_t, Code> codes;
@@ -140,7 +140,7 @@ TEST_P(RpcTest, MethodsGoToTheirHandlersAndUnhandledOnesCanBeRefused) {
     EXPECT_FALSE(std::move(h).reply_with(
         3, [](std::span<std::byte> out) { std::memcpy(out.data(), "two", 3); }));
   });
-  Client client = Client::connect(server.url());
+  Client client = connect_to(server);
   for (uint32_t method : {1u, 2u, 3u}) {
     CallOptions o;
     o.method = method;
@@ -159,7 +159,7 @@ TEST_P(RpcTest, MethodsGoToTheirHandlersAndUnhandledOnesCanBeRefused) {
 
 TEST_P(RpcTest, AReplyLargerThanTheCallerReservedIsRefused) {
   Server server = Server::listen(url());
-  Client client = Client::connect(server.url());
+  Client client = connect_to(server);
   CallOptions o;
   o.max_response = 8;
   ASSERT_TRUE(client.call(bytes("small please"), 1, o).ok());
@@ -188,7 +188,7 @@ TEST_P(RpcTest, AFullWindowReturnsWouldBlockAndRecovers) {
   Options options;
   options.window = 4;
   Server server = Server::listen(url(), options);
-  Client client = Client::connect(server.url(), options);
+  Client client = connect_to(server, options);
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(client.call(bytes("w"), i).ok());
   CallResult blocked = client.call(bytes("w"), 4);
   EXPECT_EQ(blocked.error, Errc::would_block);
@@ -210,7 +210,7 @@ TEST_P(RpcTest, ResponseSpaceIsReservedAtCallTime) {
   options.ring_bytes = 4096;
   options.window = 64;
   Server server = Server::listen(url(), options);
-  Client client = Client::connect(server.url(), options);
+  Client client = connect_to(server, options);
   CallOptions o;
   o.max_response = 900;  // in a ring: ~1 KiB reserved per call
   int accepted = 0;
@@ -238,7 +238,7 @@ TEST_P(RpcTest, RepliesWithinALargeReservationAlwaysFit) {
   Options options;
   options.ring_bytes = 4096;
   Server server = Server::listen(url(), options);
-  Client client = Client::connect(server.url(), options);
+  Client client = connect_to(server, options);
   CallOptions o;
   o.max_response = 100000;
   int accepted = 0;
@@ -261,7 +261,7 @@ TEST_P(RpcTest, SixtyFourClientsOnOneServer) {
   std::vector<std::unique_ptr<Client>> clients;
   std::vector<Endpoint*> endpoints;
   for (int i = 0; i < 64; ++i) {
-    clients.push_back(std::make_unique<Client>(Client::connect(server.url())));
+    clients.push_back(std::make_unique<Client>(connect_to(server)));
     endpoints.push_back(clients.back().get());
   }
   constexpr int kPerClient = 20;
@@ -292,7 +292,7 @@ TEST_P(RpcTest, EightMebibyteMessagesBothWays) {
   Options options;
   options.max_message_bytes = 16u << 20;
   Server server = Server::listen(url(), options);
-  Client client = Client::connect(server.url(), options);
+  Client client = connect_to(server, options);
   std::vector<std::byte> request(8u << 20);
   for (size_t i = 0; i < request.size(); ++i) request[i] = static_cast<std::byte>(i * 7 + 3);
   CallOptions o;
@@ -328,7 +328,7 @@ TEST_P(RpcTest, LargeMessagesStayIntactWhileOneIsHeldAndOthersReuseBuffers) {
   Options options;
   options.window = 8;
   Server server = Server::listen(url(), options);
-  Client client = Client::connect(server.url(), options);
+  Client client = connect_to(server, options);
   constexpr size_t kSize = 1 << 20;  // out of line on the ring transports
   auto pattern = [](int id) {
     std::vector<std::byte> bytes(kSize);
@@ -371,7 +371,7 @@ TEST_P(RpcTest, LargeMessagesStayIntactWhileOneIsHeldAndOthersReuseBuffers) {
 
 TEST_P(RpcTest, EitherSideOfASessionMayCallTheOther) {
   Server server = Server::listen(url());
-  Client client = Client::connect(server.url());
+  Client client = connect_to(server);
   // The client serves too.
   client.handle(7,
                 [](RecvHandle h) { EXPECT_FALSE(std::move(h).reply(bytes("from the client"))); });
@@ -400,7 +400,7 @@ TEST_P(RpcTest, CoroutinesAwaitCallsAndSuspendOnAFullWindow) {
   Options options;
   options.window = 2;
   Server server = Server::listen(url(), options);
-  Client client = Client::connect(server.url(), options);
+  Client client = connect_to(server, options);
   int finished = 0;
   std::vector<std::string> seen;
   auto worker = [&](int id) -> rdmakit::Task<void> {
@@ -427,7 +427,6 @@ TEST_P(RpcTest, CoroutinesAwaitCallsAndSuspendOnAFullWindow) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, RpcTest, ::testing::Values("inproc", "shm", "tcp"),
-                         transport_name);
+INSTANTIATE_TEST_SUITE_P(Transports, RpcTest, all_transports(), transport_name);
 
 }  // namespace

@@ -2,6 +2,7 @@
 // stops answering, a client or a server process that dies with calls in flight, and an idle
 // blocking endpoint that uses no CPU.
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -22,7 +23,7 @@ TEST_P(RpcTest, ATimedOutCallCompletesOnceAndItsLateResponseCompletesNothingElse
   Server server = Server::listen(url());
   Options options;
   options.window = 1;  // the late response's slot is the only one: reuse must be safe
-  Client client = Client::connect(server.url(), options);
+  Client client = connect_to(server, options);
   CallOptions quick;
   quick.timeout = 20ms;
   ASSERT_TRUE(client.call(bytes("slow"), 1, quick).ok());
@@ -62,7 +63,7 @@ TEST_P(RpcTest, ATimedOutCallCompletesOnceAndItsLateResponseCompletesNothingElse
 
 TEST_P(RpcTest, CancelledCallsCompleteWithCancelled) {
   Server server = Server::listen(url());
-  Client client = Client::connect(server.url());
+  Client client = connect_to(server);
   CallResult call = client.call(bytes("never mind"), 5);
   ASSERT_TRUE(call.ok());
   EXPECT_TRUE(client.cancel(call.id));
@@ -92,7 +93,7 @@ TEST_P(RpcTest, APeerThatStopsAnsweringIsDeclaredDead) {
   options.peer_timeout = 50ms;
   options.default_timeout = 0ms;  // no call timeout: only the liveness probe can end the call
   Server server = Server::listen(url(), options);
-  Client client = Client::connect(server.url(), options);
+  Client client = connect_to(server, options);
   ASSERT_TRUE(client.call(bytes("anyone?"), 1).ok());
   // The server accepts the session and takes the request, then stops polling for good.
   std::optional<RecvHandle> held;
@@ -138,18 +139,23 @@ TEST_P(RpcTest, AClientThatDiesWithCallsInFlightIsClosedAndOthersAreServed) {
   pid_t child = -1;
   if (GetParam() == "inproc") {
     // One process: the client endpoint is destroyed instead.
-    local.emplace(Client::connect(server.url()));
+    local.emplace(connect_to(server));
     for (int i = 0; i < 4; ++i) ASSERT_TRUE(local->call(bytes("doomed"), i).ok());
     local->poll([](const Response&) {});
   } else {
     child = in_child([&] {
-      Client doomed = Client::connect(server.url());
+      Client doomed = Client::connect(server.url());  // the parent serves it
       for (int i = 0; i < 4; ++i) doomed.call(bytes("doomed"), static_cast<uint64_t>(i));
       doomed.poll([](const Response&) {});
       const char c = 1;
       [[maybe_unused]] ssize_t n = write(ready[1], &c, 1);
       for (;;) pause();
     });
+    // Served meanwhile: the RDMA transports' handshakes need the server to run.
+    ASSERT_TRUE(poll_until(server, {}, [&] {
+      pollfd p{ready[0], POLLIN, 0};
+      return ::poll(&p, 1, 0) == 1;
+    }));
     char c;
     ASSERT_EQ(read(ready[0], &c, 1), 1);
   }
@@ -239,13 +245,24 @@ TEST_P(RpcTest, ASessionClosedCallbackMayOpenAnotherSession) {
   options.on_session = [&](SessionId, SessionEvent e) {
     if (e == SessionEvent::closed && self != nullptr) reopened = self->open_session(second.url());
   };
-  Client client = Client::connect(first->url(), options);
+  Client client = connect_to(*first, options);
   self = &client;
   ASSERT_TRUE(client.call(bytes("x"), 1).ok());
   poll_until(*first, {&client}, [&] { return first->session_count() == 1; });
-  first.reset();  // the callback reconnects from inside the client's poll
-  ASSERT_TRUE(poll_until(
-      client, {}, [&] { return reopened.has_value(); }, [](const Response&) {}));
+  {
+    // `second` is served from a thread while the callback connects to it (the RDMA
+    // transports' handshakes need the server to run).
+    std::atomic<bool> stop{false};
+    std::thread serving([&] {
+      while (!stop.load()) second.poll();
+    });
+    first.reset();  // the callback reconnects from inside the client's poll
+    const bool reconnected = poll_until(
+        client, {}, [&] { return reopened.has_value(); }, [](const Response&) {});
+    stop = true;
+    serving.join();
+    ASSERT_TRUE(reconnected);
+  }
   ASSERT_TRUE(client.call(*reopened, bytes("again"), 2).ok());
   std::string answer;
   ASSERT_TRUE(poll_until(
@@ -285,8 +302,8 @@ TEST_P(RpcTest, ABlockingEndpointServesAndUsesNoCpuWhenIdle) {
     idle_cpu = thread_cpu_seconds() - before;
     while (!stop) server.wait(20ms), served();
   });
-  Client client = Client::connect(server.url(), options);
-  std::this_thread::sleep_for(400ms);  // the server's idle stretch
+  Client client = Client::connect(server.url(), options);  // the thread serves it
+  std::this_thread::sleep_for(400ms);                      // the server's idle stretch
   for (int i = 0; i < 20; ++i) {
     ASSERT_TRUE(client.call(bytes("ping"), i).ok());
     std::string answer;
@@ -303,7 +320,6 @@ TEST_P(RpcTest, ABlockingEndpointServesAndUsesNoCpuWhenIdle) {
   EXPECT_LT(idle_cpu.load(), 0.03) << "seconds of CPU while idle";
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, RpcTest, ::testing::Values("inproc", "shm", "tcp"),
-                         transport_name);
+INSTANTIATE_TEST_SUITE_P(Transports, RpcTest, all_transports(), transport_name);
 
 }  // namespace

@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <future>
 #include <span>
 #include <string>
 #include <string_view>
@@ -23,12 +25,21 @@ inline std::string text(std::span<const std::byte> b) {
   return {reinterpret_cast<const char*>(b.data()), b.size()};
 }
 
-/// A URL nobody uses yet on `scheme` (inproc, shm, tcp).
+/// A URL nobody uses yet on `scheme` (inproc, shm, tcp, rc, rc+tcp).
 inline std::string fresh_url(const std::string& scheme) {
   static int counter = 0;
   const std::string name = "rpc-test-" + std::to_string(getpid()) + "-" + std::to_string(++counter);
-  if (scheme == "tcp") return "tcp://127.0.0.1:0";
+  if (scheme == "tcp" || scheme == "rc" || scheme == "rc+tcp") return scheme + "://127.0.0.1:0";
   return scheme + "://" + name;
+}
+
+/// A client of `server`, which this thread polls while the client connects: the RDMA
+/// transports' handshakes need the server's side to run.
+inline Client connect_to(Server& server, const Options& options = {}) {
+  auto connecting =
+      std::async(std::launch::async, [&] { return Client::connect(server.url(), options); });
+  while (connecting.wait_for(std::chrono::seconds(0)) != std::future_status::ready) server.poll();
+  return connecting.get();
 }
 
 /// Polls `server` and `clients` (callbacks go to `on_response`) until `done()` or `limit`.
@@ -50,7 +61,7 @@ bool poll_until(Endpoint& server, std::vector<Endpoint*> clients, Done&& done,
 
 /// A client connecting now is served by `server` (polled from this thread): one call answered.
 inline void expect_new_client_served(Server& server, const Options& options = {}) {
-  Client other = Client::connect(server.url(), options);
+  Client other = connect_to(server, options);
   ASSERT_TRUE(other.call(bytes("still there?"), 1).ok());
   std::string answer;
   ASSERT_TRUE(poll_until(
@@ -69,7 +80,14 @@ class RpcTest : public ::testing::TestWithParam<std::string> {
 };
 
 inline std::string transport_name(const ::testing::TestParamInfo<std::string>& info) {
-  return info.param;
+  std::string name = info.param;
+  std::replace(name.begin(), name.end(), '+', '_');
+  return name;
+}
+
+/// Every transport, for the tests of behaviour they all share.
+inline auto all_transports() {
+  return ::testing::Values("inproc", "shm", "tcp", "rc", "rc+tcp");
 }
 
 }  // namespace rdmakit::rpc::testing

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <thread>
 
 #include "rdmakit/error.hpp"
 #include "rdmakit/rpc/status.hpp"
@@ -39,8 +40,8 @@ bool belongs_to(Channel channel, FrameKind kind) noexcept {
 
 }  // namespace
 
-std::unique_ptr<Link> RcLink::open(std::shared_ptr<RcDevice> device, Connection connection,
-                                   const Setup& setup, std::error_code& error) {
+std::unique_ptr<RcLink> RcLink::open(std::shared_ptr<RcDevice> device, Connection connection,
+                                     const Setup& setup, std::error_code& error) {
   std::unique_ptr<RcLink> link;
   try {
     link = std::make_unique<RcLink>(device, std::move(connection), setup);
@@ -64,6 +65,14 @@ std::unique_ptr<Link> RcLink::open(std::shared_ptr<RcDevice> device, Connection 
     return nullptr;
   }
   return link;
+}
+
+bool RcLink::await_peer(std::chrono::steady_clock::time_point deadline) {
+  while (!peer_ && !failure_ && std::chrono::steady_clock::now() < deadline) {
+    device_->poll();
+    std::this_thread::yield();
+  }
+  return peer_.has_value() && !failure_;
 }
 
 RcLink::RcLink(std::shared_ptr<RcDevice> device, Connection connection, const Setup& setup)
@@ -459,9 +468,9 @@ void RcLink::advance_released(In& in) noexcept {
 }
 
 size_t RcLink::reservation(uint32_t max_response) const {
-  // The peer sends a reply larger than a quarter of our ring out of line: only its header
-  // takes ring space (the payload lands in memory pulled for it).
-  return max_response > setup_.ring_bytes / 4 ? sizeof(FrameHeader) : frame_bytes(max_response);
+  // The peer sends a reply larger than a quarter of our ring out of line (only its header
+  // takes ring space), but a smaller reply within the reservation travels inline.
+  return frame_bytes(std::min(max_response, setup_.ring_bytes / 4));
 }
 
 size_t RcLink::response_capacity() const {

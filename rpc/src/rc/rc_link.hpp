@@ -44,8 +44,12 @@ class RcLink final : public Link, private RcDevice::Client {
   };
   /// Takes a connected QP attached to `device`'s shared receive queue, allocates the rings
   /// and SENDs the hello. nullptr with `error` set on failure.
-  static std::unique_ptr<Link> open(std::shared_ptr<RcDevice> device, Connection connection,
-                                    const Setup& setup, std::error_code& error);
+  static std::unique_ptr<RcLink> open(std::shared_ptr<RcDevice> device, Connection connection,
+                                      const Setup& setup, std::error_code& error);
+  /// Waits for the peer's hello (the connecting side, whose connect() may block): frames
+  /// committed before it would wait for this side's next poll. False at the deadline or on
+  /// failure.
+  bool await_peer(std::chrono::steady_clock::time_point deadline);
   RcLink(std::shared_ptr<RcDevice> device, Connection connection, const Setup& setup);
   ~RcLink() override;
   RcLink(const RcLink&) = delete;

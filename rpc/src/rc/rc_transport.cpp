@@ -56,8 +56,8 @@ std::vector<std::byte> offer_of(const Options& options) {
 }
 
 /// The session over `connection`, from both sides' offers.
-std::unique_ptr<Link> open_link(const std::shared_ptr<RcDevice>& device, Connection connection,
-                                const Options& options, std::error_code& error) {
+std::unique_ptr<RcLink> open_link(const std::shared_ptr<RcDevice>& device, Connection connection,
+                                  const Options& options, std::error_code& error) {
   LimitsOffer theirs{};
   const std::vector<std::byte>& data = connection.peer_data();
   if (data.size() < sizeof theirs) {
@@ -160,9 +160,15 @@ std::unique_ptr<Link> connect_with(const std::string& address, Engine& engine, b
   ConnectorType connector(
       device->resources(),
       connection_options(*device, engine.options(), engine.options().connect_timeout));
+  const auto deadline = std::chrono::steady_clock::now() + engine.options().connect_timeout;
   Connection connection = connector.connect(host, port, error);
   if (!connection) return nullptr;
-  return open_link(device, std::move(connection), engine.options(), error);
+  std::unique_ptr<RcLink> link = open_link(device, std::move(connection), engine.options(), error);
+  if (link && !link->await_peer(deadline)) {
+    error = link->failure() ? link->failure() : make_error_code(Errc::session_closed);
+    return nullptr;
+  }
+  return link;
 }
 
 }  // namespace
