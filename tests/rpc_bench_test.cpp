@@ -1,6 +1,6 @@
 // `rdmakit rpc-bench` (tools/rdmakit) on every transport: the server and the client as
 // separate processes (inproc: both in one), latency, rate and bandwidth, busy-polling and
-// blocking, JSON out; TCP also between two network namespaces.
+// blocking, JSON out; TCP and RDMA RC (on softrdma) also between two network namespaces.
 #include <gtest/gtest.h>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
@@ -97,6 +97,41 @@ TEST(RpcBench, TcpBetweenTwoHosts) {
   ASSERT_TRUE(rdmakit::testing::wait_listening(port, 10s, server.pid()));
   measure_all_tests(url, "", hosts.on(1));
 }
+
+// RDMA RC on softrdma: the tool runs under softrdma-run, after the namespace prefix if any.
+std::vector<std::string> on_softrdma(std::vector<std::string> prefix = {}) {
+  prefix.push_back(SOFTRDMA_RUN);
+  return prefix;
+}
+
+class RpcBenchRc : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(RpcBenchRc, BetweenProcesses) {
+  const int port = rdmakit::testing::free_tcp_port();
+  const std::string url = GetParam() + "://127.0.0.1:" + std::to_string(port);
+  rdmakit::testing::Process server(tool(url + " --serve -D 60", on_softrdma()));
+  ASSERT_TRUE(rdmakit::testing::wait_listening(port, 10s));
+  measure_all_tests(url, "", on_softrdma());
+  // Large messages go by RDMA READ from a grant: an 8 MiB request and response.
+  const nlohmann::json big = measure(url, "-t latency -s 8388608 -r 8388608 -n 3", on_softrdma());
+  EXPECT_EQ(big["response_bytes"], 8388608);
+}
+
+TEST_P(RpcBenchRc, BetweenTwoHosts) {
+  rdmakit::testing::TwoHosts hosts;
+  if (!hosts.ok()) GTEST_SKIP() << "no network namespaces here: " << hosts.reason();
+  const int port = rdmakit::testing::free_tcp_port();
+  const std::string url = GetParam() + "://" + hosts.address(0) + ":" + std::to_string(port);
+  rdmakit::testing::Process server(tool(url + " --serve -D 60", on_softrdma(hosts.on(0))));
+  ASSERT_TRUE(rdmakit::testing::wait_listening(port, 10s, server.pid()));
+  measure_all_tests(url, "", on_softrdma(hosts.on(1)));
+}
+
+std::string connector_name(const ::testing::TestParamInfo<std::string>& param) {
+  return param.param == "rc" ? "rdma_cm" : "tcp_exchange";
+}
+
+INSTANTIATE_TEST_SUITE_P(Connectors, RpcBenchRc, ::testing::Values("rc", "rc+tcp"), connector_name);
 
 TEST(RpcBench, ReportsAServerThatIsNotThere) {
   const Exit done = rdmakit::testing::run(tool("shm://nobody-listens-here -t latency -n 10"), 30s);

@@ -5,7 +5,11 @@
 namespace rdmakit::tool {
 
 void add_rpc_bench_options(CLI::App& app, RpcBenchOptions& o) {
-  app.add_option("url", o.url, "inproc://NAME, shm://NAME or tcp://HOST:PORT")->required();
+  app.add_option(
+         "url", o.url,
+         "inproc://NAME, shm://NAME, tcp://HOST:PORT, rc://HOST:PORT (RDMA RC over RDMA CM) or "
+         "rc+tcp://HOST:PORT (RDMA RC over a TCP exchange)")
+      ->required();
   app.add_flag("--serve", o.serve, "only serve (until interrupted, or for --duration seconds)");
   app.add_flag("--local", o.local,
                "start the server in this process, on its own threads (implied by inproc://)");
@@ -29,7 +33,8 @@ void add_rpc_bench_options(CLI::App& app, RpcBenchOptions& o) {
                                                {"blocking", rpc::Mode::blocking}};
   app.add_option("--mode", o.mode, "busy_poll (default) or blocking (sleep when idle)")
       ->transform(CLI::CheckedTransformer(modes, CLI::ignore_case));
-  app.add_option("--ring-bytes", o.ring_bytes, "ring size per session and direction (shm, inproc)");
+  app.add_option("--ring-bytes", o.ring_bytes,
+                 "ring size per session and direction (shm, inproc, rc)");
   app.add_flag("--json", o.json, "one JSON object instead of the table");
 }
 

@@ -50,6 +50,7 @@ void RpcReport::print(const RpcBenchOptions& o, const RpcResult& r) {
         {"calls_per_second", rate},
         {"mb_per_second", mb},
         {"errors", r.errors},
+        {"memory_per_peer_bytes", r.memory_per_peer},
         {"latency_us",
          {{"min", r.latency.min},
           {"median", r.latency.typical},
@@ -84,6 +85,9 @@ void RpcReport::print(const RpcBenchOptions& o, const RpcResult& r) {
                   static_cast<unsigned long long>(r.calls), r.seconds, rate / 1e6, mb,
                   r.latency.typical, r.latency.p99);
     }
+    if (r.memory_per_peer != 0)
+      std::printf(" memory per peer (client side): %.1f KiB\n",
+                  static_cast<double>(r.memory_per_peer) / 1024);
     std::printf("%s\n", kRule);
   }
   if (r.errors != 0) {

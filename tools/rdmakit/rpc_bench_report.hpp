@@ -17,7 +17,8 @@ struct RpcResult {
   double seconds = 0;
   uint64_t errors = 0;
   std::string first_error;
-  LatFigures latency;  // usec
+  LatFigures latency;            // usec
+  uint64_t memory_per_peer = 0;  // bytes the client's transport allocated per session (0: unknown)
 };
 
 struct RpcReport {

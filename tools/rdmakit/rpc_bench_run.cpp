@@ -105,6 +105,7 @@ struct ClientRun {
   Measurement measurement;
   uint64_t errors = 0;
   std::string first_error;
+  uint64_t memory_per_peer = 0;
 };
 
 void drive(const RpcBenchOptions& o, const std::string& url, uint64_t response, ClientRun& run) {
@@ -113,6 +114,7 @@ void drive(const RpcBenchOptions& o, const std::string& url, uint64_t response, 
   rpc::Client client = connect_retrying(url, options);
   std::vector<rpc::SessionId> sessions{client.session()};
   while (sessions.size() < o.clients) sessions.push_back(client.open_session(url));
+  run.memory_per_peer = client.session_memory_bytes() / sessions.size();
   const std::vector<std::byte> request(o.size, std::byte{0x42});
   rpc::CallOptions call;
   call.max_response = static_cast<uint32_t>(response);
@@ -231,6 +233,7 @@ void run_rpc_bench(RpcBenchOptions& o) {
     result.errors += r.errors;
     if (result.first_error.empty()) result.first_error = r.first_error;
     result.calls += r.measurement.ops;
+    result.memory_per_peer = std::max(result.memory_per_peer, r.memory_per_peer);
     result.seconds =
         std::max(result.seconds,
                  std::chrono::duration<double>(r.measurement.end - r.measurement.start).count());

@@ -111,6 +111,9 @@ SessionId Endpoint::open_session(std::string_view url) {
   return session;
 }
 
+size_t Endpoint::session_memory_bytes() const noexcept {
+  return engine_->session_memory_bytes();
+}
 size_t Endpoint::session_count() const noexcept {
   return engine_->session_count();
 }

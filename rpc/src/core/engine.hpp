@@ -96,6 +96,11 @@ class Engine final : private FrameSink {
 
   // sessions.cpp
   size_t session_count() const noexcept { return open_sessions_; }
+  size_t session_memory_bytes() const noexcept {
+    size_t total = 0;
+    for (const auto& s : sessions_) total += s && s->open ? s->link->memory_bytes() : 0;
+    return total;
+  }
   Session* find(SessionId id) const noexcept;
   /// `id` named a session of this endpoint once (it may be gone now).
   bool existed(SessionId id) const noexcept {

@@ -85,6 +85,9 @@ class Link {
   /// as the application may still hold requests in it).
   virtual void shut_down() = 0;
 
+  /// Bytes allocated for this session on this side, if the transport reports it.
+  virtual size_t memory_bytes() const noexcept { return 0; }
+
   const LinkLimits& limits() const noexcept { return limits_; }
 
  protected:

@@ -22,7 +22,8 @@ class RpcCategory final : public std::error_category {
       case Errc::no_such_session:
         return "no such session";
       case Errc::bad_url:
-        return "bad URL (expected inproc://NAME, shm://NAME or tcp://HOST:PORT)";
+        return "bad URL (expected inproc://NAME, shm://NAME, tcp://HOST:PORT, rc://HOST:PORT or "
+               "rc+tcp://HOST:PORT)";
       case Errc::protocol_error:
         return "the peer broke the protocol";
       case Errc::not_listening:

@@ -70,7 +70,7 @@ class RcLink final : public Link, private RcDevice::Client {
   void shut_down() override;
 
   /// Bytes registered for this session on this side (rings, control block).
-  size_t memory_bytes() const noexcept;
+  size_t memory_bytes() const noexcept override;
 
  private:
   struct Grant {

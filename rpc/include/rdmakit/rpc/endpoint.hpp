@@ -233,6 +233,9 @@ class Endpoint {
 
   /// Sessions currently open.
   size_t session_count() const noexcept;
+  /// Bytes the transports allocated for the open sessions on this side (rings, receive
+  /// buffers), where they know it (RDMA RC); 0 otherwise.
+  size_t session_memory_bytes() const noexcept;
   bool is_open(SessionId session) const noexcept;
   /// Closes a session: its pending calls complete with Code::unavailable.
   void close(SessionId session) noexcept;
