@@ -2,12 +2,14 @@
 //   rdmakit perf <test> [server-host] [flags]   perftest's benchmarks
 //   rdmakit devices [--json]                    devices, ports, GIDs and the GID chosen
 //   rdmakit rpc-bench URL [flags]               RPC latency, rate and bandwidth
+//   rdmakit kv URL [flags]                      key-value store benchmark, values checked
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <exception>
 
 #include "devices.hpp"
+#include "kv_options.hpp"
 #include "perf.hpp"
 #include "perf_options.hpp"
 #include "rpc_bench.hpp"
@@ -33,6 +35,11 @@ int main(int argc, char** argv) {
       "rpc-bench", "RPC latency, rate and bandwidth over inproc://, shm:// or tcp://");
   add_rpc_bench_options(*rpc_bench, rpc_options);
 
+  KvOptions kv_options;
+  CLI::App* kv = app.add_subcommand(
+      "kv", "key-value store benchmark (GET/PUT/DELETE, one-sided GETs), every value checked");
+  add_kv_options(*kv, kv_options);
+
   try {
     app.parse(argc, argv);
     if (*perf) finish_perf_options(perf_options);
@@ -44,6 +51,7 @@ int main(int argc, char** argv) {
     if (*perf) run_perf(perf_options);
     if (*devices) run_devices(devices_options);
     if (*rpc_bench) run_rpc_bench(rpc_options);
+    if (*kv) run_kv(kv_options);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rdmakit %s: %s\n", app.get_subcommands().front()->get_name().c_str(),
                  e.what());
