@@ -95,7 +95,7 @@ class ClientThread {
   Task<void> worker(uint32_t slot);
   Task<bool> get_rpc(uint64_t key);
   Task<bool> get_one_sided(uint64_t key, uint32_t slot);
-  Task<bool> put(uint64_t key, std::vector<std::byte>& request);
+  Task<bool> put(uint64_t key, std::vector<std::byte>& request, bool preload = false);
   Task<bool> erase(uint64_t key);
 
   bool verify(uint64_t key, History::Ticket ticket,
@@ -188,14 +188,14 @@ Task<bool> ClientThread::get_one_sided(uint64_t key, uint32_t slot) {
   co_return verify(key, ticket, std::nullopt);
 }
 
-Task<bool> ClientThread::put(uint64_t key, std::vector<std::byte>& request) {
+Task<bool> ClientThread::put(uint64_t key, std::vector<std::byte>& request, bool preload) {
   const uint64_t stamp = history_.begin_write(key, false);
   encode_put_header(request, key, o_.value_size);
   fill_value(key, stamp, std::span(request).subspan(kPutHeaderBytes));
   rpc::CallOptions call;
   call.method = kPut;
   call.max_response = 128;
-  ++stats_.puts;
+  ++(preload ? stats_.preloaded : stats_.puts);
   const rpc::Response r = co_await client_.call(request, call);
   if (!r.status.ok()) co_return failed_call("PUT", r.status);
   history_.acknowledge(key, stamp, false);
@@ -223,7 +223,7 @@ Task<void> ClientThread::preload_worker() {
   while (!stopping_ && next_preload_ < o_.keys) {
     const uint64_t key = next_preload_;
     next_preload_ += o_.clients;
-    co_await put(key, request);
+    co_await put(key, request, true);
   }
   --running_;
 }

@@ -19,6 +19,7 @@ namespace rdmakit::tool::kv {
 // What one client thread measured and found.
 struct ClientStats {
   Measurement measurement;  // operations completed while measuring, and their latencies
+  uint64_t preloaded = 0;   // PUTs of the preload (not in `puts`)
   uint64_t gets = 0, puts = 0, deletes = 0, found = 0, not_found = 0;
   uint64_t wrong = 0;       // GET answers that failed the check
   uint64_t failed = 0;      // operations that failed (error status, transport)

@@ -26,6 +26,7 @@ RunResult RunResult::merge(const std::string& url, std::span<ClientStats> thread
     r.ops += t.measurement.ops;
     r.seconds = std::max(
         r.seconds, std::chrono::duration<double>(t.measurement.end - t.measurement.start).count());
+    r.preloaded += t.preloaded;
     r.gets += t.gets;
     r.puts += t.puts;
     r.deletes += t.deletes;
@@ -65,6 +66,7 @@ void print_result(const KvOptions& o, const RunResult& r) {
         {"ops", r.ops},
         {"seconds", r.seconds},
         {"ops_per_second", rate},
+        {"preloaded", r.preloaded},
         {"gets", r.gets},
         {"puts", r.puts},
         {"deletes", r.deletes},

@@ -14,7 +14,7 @@ struct RunResult {
   std::string url;
   uint64_t ops = 0;  // completed while measuring, all threads
   double seconds = 0;
-  uint64_t gets = 0, puts = 0, deletes = 0, found = 0, not_found = 0;
+  uint64_t preloaded = 0, gets = 0, puts = 0, deletes = 0, found = 0, not_found = 0;
   uint64_t wrong = 0, failed = 0, probes = 0, torn_reads = 0;
   std::string first_error;
   LatFigures latency;  // usec
