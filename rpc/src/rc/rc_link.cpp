@@ -172,8 +172,10 @@ bool RcLink::flush() {
 }
 
 bool RcLink::write_pending(bool with_credits) {
-  if (!peer_ || failure_) return false;
-  constexpr size_t kMost = 8;  // two spans per channel, credits, two pull reports
+  // Per channel up to three spans (a ring boundary and a skip), then credits and two pull
+  // reports. Nothing changes before we know they can all be posted.
+  constexpr size_t kMost = 9;
+  if (!peer_ || failure_ || sends_outstanding_ + kMost > send_depth_) return false;
   std::array<ibv_send_wr, kMost> wrs{};
   std::array<ibv_sge, kMost> sges{};
   size_t n = 0;
@@ -193,7 +195,7 @@ bool RcLink::write_pending(bool with_credits) {
     }
     ++n;
   };
-  auto span = [&](Channel channel, uint64_t from, uint64_t to, bool wrap) {
+  auto one_span = [&](Channel channel, uint64_t from, uint64_t to, bool wrap) {
     In& paired = in_[index(other(channel))];  // the credit it carries
     const auto kind = channel == Channel::request ? ImmKind::request_span : ImmKind::response_span;
     const uint32_t credit = static_cast<uint32_t>(paired.released / kFrameAlign);
@@ -203,6 +205,15 @@ bool RcLink::write_pending(bool with_credits) {
     write(make_imm(kind, wrap, credit), offset,
           ring(staging_.data(), channel, setup_.peer_ring_bytes) + from % peer_ring,
           static_cast<uint32_t>(to - from));
+  };
+  // A span is contiguous in the ring: one that reaches past the ring's end is split there.
+  auto span = [&](Channel channel, uint64_t from, uint64_t to, bool wrap) {
+    while (from < to) {
+      const uint64_t end = std::min(to, (from / peer_ring + 1) * peer_ring);
+      one_span(channel, from, end, wrap);
+      wrap = false;
+      from = end;
+    }
   };
   // Requests' credits ride on responses and the reverse: responses first, as they free the
   // caller's window sooner.
@@ -240,7 +251,6 @@ bool RcLink::write_pending(bool with_credits) {
     in.pulls_done = 0;
   }
   if (n == 0) return true;
-  if (sends_outstanding_ + n > send_depth_) return false;  // completions free room: see receive()
   for (size_t i = 0; i + 1 < n; ++i) wrs[i].next = &wrs[i + 1];
   unsignalled_ += static_cast<uint32_t>(n);
   if (unsignalled_ >= send_depth_ / 2 || sends_outstanding_ + n > send_depth_ / 2) {
