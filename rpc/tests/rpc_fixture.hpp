@@ -61,7 +61,10 @@ bool poll_until(Endpoint& server, std::vector<Endpoint*> clients, Done&& done,
 
 /// A client connecting now is served by `server` (polled from this thread): one call answered.
 inline void expect_new_client_served(Server& server, const Options& options = {}) {
-  Client other = connect_to(server, options);
+  Options client_options = options;
+  client_options.on_session = nullptr;  // the server's callback: not for a client connecting
+  Client other = connect_to(server, client_options);  // on another thread
+
   ASSERT_TRUE(other.call(bytes("still there?"), 1).ok());
   std::string answer;
   ASSERT_TRUE(poll_until(
