@@ -122,16 +122,22 @@ class RcListener final : public Listener {
   std::string url_;
 };
 
+/// HOST:PORT of `address`, and the endpoint's device; null with `error` set on failure.
+std::shared_ptr<RcDevice> resolve(const std::string& address, Engine& engine, bool rdma_cm,
+                                  std::string& host, uint16_t& port, std::error_code& error) {
+  if (!split_host_port(address, host, port)) {
+    error = make_error_code(Errc::bad_url);
+    return nullptr;
+  }
+  return device_of(engine, rdma_cm, error);
+}
+
 template <typename AcceptorType>
 std::unique_ptr<Listener> listen_with(const std::string& address, Engine& engine, bool rdma_cm,
                                       const char* scheme, std::error_code& error) {
   std::string host;
   uint16_t port = 0;
-  if (!split_host_port(address, host, port)) {
-    error = make_error_code(Errc::bad_url);
-    return nullptr;
-  }
-  std::shared_ptr<RcDevice> device = device_of(engine, rdma_cm, error);
+  std::shared_ptr<RcDevice> device = resolve(address, engine, rdma_cm, host, port, error);
   if (!device) return nullptr;
   try {
     auto acceptor = std::make_unique<AcceptorType>(
@@ -151,11 +157,7 @@ std::unique_ptr<Link> connect_with(const std::string& address, Engine& engine, b
                                    std::error_code& error) {
   std::string host;
   uint16_t port = 0;
-  if (!split_host_port(address, host, port)) {
-    error = make_error_code(Errc::bad_url);
-    return nullptr;
-  }
-  std::shared_ptr<RcDevice> device = device_of(engine, rdma_cm, error);
+  std::shared_ptr<RcDevice> device = resolve(address, engine, rdma_cm, host, port, error);
   if (!device) return nullptr;
   ConnectorType connector(
       device->resources(),
