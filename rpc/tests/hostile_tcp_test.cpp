@@ -10,7 +10,7 @@
 
 #include "core/frame.hpp"
 #include "rpc_fixture.hpp"
-#include "tcp/tcp_link.hpp"
+#include "tcp/tcp_hello.hpp"
 
 using namespace rdmakit::rpc;
 using namespace rdmakit::rpc::testing;

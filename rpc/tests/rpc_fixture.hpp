@@ -25,11 +25,12 @@ inline std::string text(std::span<const std::byte> b) {
   return {reinterpret_cast<const char*>(b.data()), b.size()};
 }
 
-/// A URL nobody uses yet on `scheme` (inproc, shm, tcp, rc, rc+tcp).
+/// A URL nobody uses yet on `scheme` (inproc, shm, tcp, rc, rc+tcp, ud).
 inline std::string fresh_url(const std::string& scheme) {
   static int counter = 0;
   const std::string name = "rpc-test-" + std::to_string(getpid()) + "-" + std::to_string(++counter);
-  if (scheme == "tcp" || scheme == "rc" || scheme == "rc+tcp") return scheme + "://127.0.0.1:0";
+  if (scheme == "tcp" || scheme == "rc" || scheme == "rc+tcp" || scheme == "ud")
+    return scheme + "://127.0.0.1:0";
   return scheme + "://" + name;
 }
 
@@ -90,7 +91,7 @@ inline std::string transport_name(const ::testing::TestParamInfo<std::string>& i
 
 /// Every transport, for the tests of behaviour they all share.
 inline auto all_transports() {
-  return ::testing::Values("inproc", "shm", "tcp", "rc", "rc+tcp");
+  return ::testing::Values("inproc", "shm", "tcp", "rc", "rc+tcp", "ud");
 }
 
 }  // namespace rdmakit::rpc::testing

@@ -1,6 +1,6 @@
 // RC between two processes of one host (the test and a fork()ed child, each with its own
 // device context): one-sided access to a peer that never calls into the library, a peer
-// that dies, and deregistration while the peer is writing.
+// that dies (and UD datagrams to one), and deregistration while the peer is writing.
 //
 // A child runs plain code (no gtest), reports through a pipe and its exit status, and is
 // bounded by alarm(); the parent reaps every child it forks.
@@ -458,6 +458,48 @@ TEST_F(MultiProcessTest, WritingToAKilledPeerExceedsRetriesAndFlushes) {
                       {local.sge(0, 64)}),
             0);
   EXPECT_TRUE(completed(poll_one(cq_), 4));
+}
+
+// A datagram to the UD QP of a process that died is lost at once, like one to nowhere: the
+// sender's later datagrams do not wait behind it (a dead RC peer is retried instead).
+TEST_F(MultiProcessTest, DatagramsToAKilledProcessAreLostWithoutHoldingUpLaterOnes) {
+  constexpr uint32_t kQkey = 0x11111111;
+  Child child(link_, [this] {
+    ChildVerbs v;
+    if (!open_child_verbs(v, 4096, 0)) return child_fail(2, "open");
+    ibv_qp* ud = create_qp(v.pd, IBV_QPT_UD, v.cq, v.cq);
+    if (!ud || ud_to_rts(ud, kQkey) != 0) return child_fail(3, "ud qp");
+    const uint32_t qpn = ud->qp_num;
+    if (!link_.send(qpn)) return child_fail(4, "send qpn");
+    uint8_t never = 0;
+    link_.receive(&never, Millis{9000});  // until killed
+    return child_fail(5, "not killed");
+  });
+  ASSERT_TRUE(child.started());
+  uint32_t dead_qpn = 0;
+  ASSERT_TRUE(link_.receive(&dead_qpn));
+  const int status = child.Kill();
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+
+  ibv_cq* cq_b = NewCq();
+  ibv_qp* a = NewQp(IBV_QPT_UD, cq_, cq_);
+  ibv_qp* b = NewQp(IBV_QPT_UD, cq_b, cq_b);
+  ASSERT_TRUE(cq_b && a && b);
+  ASSERT_EQ(ud_to_rts(a, kQkey), 0);
+  ASSERT_EQ(ud_to_rts(b, kQkey), 0);
+  AhPtr ah = NewAh(gid0());
+  ASSERT_NE(ah, nullptr);
+  Buffer src = NewBuffer(64, kRemoteAccess, 0x5a);
+  Buffer dst = NewBuffer(40 + 64, kRemoteAccess, 0);
+  ASSERT_EQ(post_recv(b, 100, {dst.sge()}), 0);
+  const auto start = Clock::now();
+  for (uint64_t i = 1; i <= 8; ++i)
+    ASSERT_EQ(post_send(a, ud_wr(i, ah.get(), dead_qpn, kQkey), {src.sge(0, 64)}), 0);
+  ASSERT_EQ(post_send(a, ud_wr(9, ah.get(), b->qp_num, kQkey), {src.sge(0, 64)}), 0);
+  for (uint64_t i = 1; i <= 9; ++i) EXPECT_TRUE(completed(poll_one(cq_), i));
+  EXPECT_TRUE(completed(poll_one(cq_b), 100));
+  EXPECT_LT(Clock::now() - start, Millis{500}) << "a lost datagram is not retried";
+  EXPECT_TRUE(dst.all(0x5a, 40, 64));
 }
 
 TEST_F(MultiProcessTest, DeregisteringWhileThePeerWritesEndsAllAccess) {

@@ -29,8 +29,10 @@ TwoHosts::TwoHosts() {
         sh({"ip", "link", "add", va, "type", "veth", "peer", "name", vb}, &reason_) &&
         sh({"ip", "link", "set", va, "netns", ns_[0]}, &reason_) &&
         sh({"ip", "link", "set", vb, "netns", ns_[1]}, &reason_);
+  dev_[0] = va;
+  dev_[1] = vb;
   for (int h = 0; ok_ && h < 2; ++h) {
-    const std::string dev = h == 0 ? va : vb;
+    const std::string& dev = dev_[h];
     ok_ = sh({"ip", "-n", ns_[h], "addr", "add", address(h) + "/24", "dev", dev}, &reason_) &&
           sh({"ip", "-n", ns_[h], "link", "set", dev, "up"}, &reason_) &&
           sh({"ip", "-n", ns_[h], "link", "set", "lo", "up"}, &reason_);
@@ -44,6 +46,16 @@ TwoHosts::~TwoHosts() {
 
 std::vector<std::string> TwoHosts::on(int host) const {
   return {"ip", "netns", "exec", ns_[host]};
+}
+
+bool TwoHosts::impair(const std::string& netem) {
+  for (int h = 0; h < 2; ++h) {
+    std::vector<std::string> argv = {"ip",  "netns", "exec",  ns_[h], "tc",   "qdisc",
+                                     "add", "dev",   dev_[h], "root", "netem"};
+    for (const std::string& w : words(netem)) argv.push_back(w);
+    if (!sh(argv, &reason_)) return false;
+  }
+  return true;
 }
 
 std::string TwoHosts::address(int host) const {

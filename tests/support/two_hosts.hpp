@@ -20,9 +20,13 @@ class TwoHosts {
   std::vector<std::string> on(int host) const;
   /// The IPv4 address of host 0 or 1.
   std::string address(int host) const;
+  /// Impairs both ends of the link with `tc qdisc add ... netem <netem>` (e.g. "loss 5%
+  /// delay 20ms": each direction then loses and delays). False with reason() if tc fails.
+  bool impair(const std::string& netem);
 
  private:
   std::string ns_[2];
+  std::string dev_[2];
   bool ok_ = false;
   std::string reason_;
 };

@@ -8,6 +8,7 @@
 #include <optional>
 #include <stdexcept>
 #include <thread>
+#include <unordered_map>
 
 #include "perf_stats.hpp"
 #include "rdmakit/rpc/client.hpp"
@@ -43,14 +44,35 @@ rpc::Options endpoint_options(const RpcBenchOptions& o, uint64_t response, bool 
   return options;
 }
 
+// Every request of 8 bytes or more starts with a number its client gives each call, rising
+// per session; every reply of 8 bytes or more starts with the number of its request, so the
+// client sees a reply to another call, and the server sees a request that runs twice.
+uint64_t call_number(std::span<const std::byte> bytes) {
+  uint64_t n = 0;
+  if (bytes.size() >= sizeof n) std::memcpy(&n, bytes.data(), sizeof n);
+  return n;
+}
+
 // Replies with as many bytes as the caller reserved (rpc-bench clients reserve exactly the
-// response size they want).
+// response size they want), or refuses a request whose number does not rise.
 void serve_one(rpc::Server& server, const std::atomic<bool>& stop, bool blocking) {
+  std::unordered_map<uint64_t, uint64_t> last_number;  // by session
   auto answer = [&] {
     while (auto h = server.recv()) {
+      const uint64_t number = call_number(h->data());
+      if (h->data().size() >= sizeof number) {
+        const rpc::SessionId s = h->session();
+        uint64_t& last = last_number[(uint64_t{s.generation} << 32) | s.index];
+        if (number <= last) {
+          std::move(*h).reply_error(rpc::Code::aborted, "request ran twice or out of order");
+          continue;
+        }
+        last = number;
+      }
       const uint32_t size = h->max_response();
-      std::move(*h).reply_with(size, [](std::span<std::byte> out) {
+      std::move(*h).reply_with(size, [number](std::span<std::byte> out) {
         if (!out.empty()) std::memset(out.data(), 0x5a, out.size());
+        if (out.size() >= sizeof number) std::memcpy(out.data(), &number, sizeof number);
       });
     }
   };
@@ -115,7 +137,8 @@ void drive(const RpcBenchOptions& o, const std::string& url, uint64_t response, 
   std::vector<rpc::SessionId> sessions{client.session()};
   while (sessions.size() < o.clients) sessions.push_back(client.open_session(url));
   run.memory_per_peer = client.session_memory_bytes() / sessions.size();
-  const std::vector<std::byte> request(o.size, std::byte{0x42});
+  std::vector<uint64_t> numbers(o.clients * o.depth);  // of each call in flight
+  uint64_t next_number = 0;
   rpc::CallOptions call;
   call.max_response = static_cast<uint32_t>(response);
 
@@ -135,12 +158,22 @@ void drive(const RpcBenchOptions& o, const std::string& url, uint64_t response, 
 
   auto issue = [&](uint32_t index) {
     if (every_call || index == 0) started[index] = Clock::now();
-    if (!client.call(sessions[index / o.depth], request, index, call).ok()) unsent.push_back(index);
+    const uint64_t number = ++next_number;
+    const auto fill = [&](std::span<std::byte> out) {
+      std::memset(out.data(), 0x42, out.size());
+      if (out.size() >= sizeof number) std::memcpy(out.data(), &number, sizeof number);
+    };
+    if (client.call_with(sessions[index / o.depth], o.size, fill, index, call).ok())
+      numbers[index] = number;
+    else
+      unsent.push_back(index);
   };
   auto on_response = [&](const rpc::Response& r) {
     const auto index = static_cast<uint32_t>(r.user_data);
     if (!r.status.ok()) {
       if (run.errors++ == 0) run.first_error = std::string(r.status.message);
+    } else if (r.data.size() >= sizeof(uint64_t) && call_number(r.data) != numbers[index]) {
+      if (run.errors++ == 0) run.first_error = "a reply carries another call's number";
     } else if (measuring) {
       ++completed;
       if (every_call || index == 0) {

@@ -18,6 +18,7 @@ const Transport* transport_for(std::string_view url, std::string& address) noexc
   static const Transport tcp{listen_tcp, connect_tcp};
   static const Transport rc{listen_rc, connect_rc};
   static const Transport rc_tcp{listen_rc_tcp, connect_rc_tcp};
+  static const Transport ud{listen_ud, connect_ud};
 
   const size_t sep = url.find("://");
   if (sep == std::string_view::npos || sep + 3 == url.size()) return nullptr;
@@ -28,6 +29,7 @@ const Transport* transport_for(std::string_view url, std::string& address) noexc
   if (scheme == "tcp") return &tcp;
   if (scheme == "rc") return &rc;
   if (scheme == "rc+tcp") return &rc_tcp;
+  if (scheme == "ud") return &ud;
 
   return nullptr;
 }

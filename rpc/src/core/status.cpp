@@ -22,12 +22,14 @@ class RpcCategory final : public std::error_category {
       case Errc::no_such_session:
         return "no such session";
       case Errc::bad_url:
-        return "bad URL (expected inproc://NAME, shm://NAME, tcp://HOST:PORT, rc://HOST:PORT or "
-               "rc+tcp://HOST:PORT)";
+        return "bad URL (expected inproc://NAME, shm://NAME, tcp://HOST:PORT, rc://HOST:PORT, "
+               "rc+tcp://HOST:PORT or ud://HOST:PORT)";
       case Errc::protocol_error:
         return "the peer broke the protocol";
       case Errc::not_listening:
         return "nothing listens at that address";
+      case Errc::too_many_sessions:
+        return "the server admits no more sessions";
     }
     return "unknown rpc error";
   }

@@ -1,6 +1,6 @@
 // The transports, chosen by a URL's scheme: inproc://NAME, shm://NAME, tcp://HOST:PORT,
-// rc://HOST:PORT (RDMA RC, connected through RDMA CM) and rc+tcp://HOST:PORT (RDMA RC,
-// connected through rdmakit's TCP exchange).
+// rc://HOST:PORT (RDMA RC, connected through RDMA CM), rc+tcp://HOST:PORT (RDMA RC,
+// connected through rdmakit's TCP exchange) and ud://HOST:PORT (RDMA UD datagrams).
 #pragma once
 
 #include <memory>
@@ -29,6 +29,8 @@ std::unique_ptr<Listener> listen_rc(const std::string& host_port, Engine&, std::
 std::unique_ptr<Link> connect_rc(const std::string& host_port, Engine&, std::error_code&);
 std::unique_ptr<Listener> listen_rc_tcp(const std::string& host_port, Engine&, std::error_code&);
 std::unique_ptr<Link> connect_rc_tcp(const std::string& host_port, Engine&, std::error_code&);
+std::unique_ptr<Listener> listen_ud(const std::string& host_port, Engine&, std::error_code&);
+std::unique_ptr<Link> connect_ud(const std::string& host_port, Engine&, std::error_code&);
 
 struct Transport {
   ListenFn listen;

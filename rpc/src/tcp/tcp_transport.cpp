@@ -1,36 +1,32 @@
-// tcp://HOST:PORT: one TCP connection per session, carried by TcpLink (tcp_link.hpp). Both
-// sides open with a 24-byte hello (magic, version, window, message size limit). Connecting
-// needs no answer from the server, which may be polled by the same thread only afterwards:
-// the client sends its hello and keeps its own limits; its link checks the server's hello
-// when it arrives. The server takes the client's limits if they are within its own and
-// drops the connection otherwise (as shm does). Connecting blocks up to
+// tcp://HOST:PORT: one TCP connection per session, carried by a StreamLink over a SocketStream
+// (stream/stream_link.hpp). Both sides open with a 24-byte hello (magic, version, window, message
+// size limit). Connecting needs no answer from the server, which may be polled by the same thread
+// only afterwards: the client sends its hello and keeps its own limits; its link checks the
+// server's hello when it arrives. The server takes the client's limits if they are within its own
+// and drops the connection otherwise (as shm does). Connecting blocks up to
 // Options::connect_timeout for the TCP connection only. The server never blocks: a
 // connection whose hello has not fully arrived waits in a short list that later accept()
 // calls complete; the listener's descriptor is an epoll set of the listening socket and
 // those connections, so that a sleeping server wakes for either.
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <array>
 #include <cerrno>
-#include <climits>
 #include <cstring>
 #include <optional>
 
 #include "core/engine.hpp"
 #include "core/transports.hpp"
-#include "tcp/tcp_link.hpp"
+#include "stream/stream_link.hpp"
+#include "tcp/socket_stream.hpp"
+#include "tcp/sockets.hpp"
+#include "tcp/tcp_hello.hpp"
 
 namespace rdmakit::rpc::detail {
 namespace {
 
-constexpr int kBacklog = 256;
 // Connections accepted whose hello has not arrived; a flood of silent ones drops the oldest.
 constexpr size_t kMaxHalfOpen = 64;
 // Connections taken from the backlog per accept() call, so that one call stays short.
@@ -49,128 +45,14 @@ std::optional<LinkLimits> admit(const TcpHello& server, const TcpHello& client) 
   return LinkLimits{client.window, client.max_message_bytes};
 }
 
-struct HostPort {
-  std::string written_host;  // as in the URL: "[::1]"
-  std::string host;          // for getaddrinfo: "::1"
-  std::string port;
-};
-
-/// "HOST:PORT", an IPv6 HOST in brackets; nothing if malformed.
-std::optional<HostPort> parse_host_port(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  if (colon == std::string::npos || colon == 0) return std::nullopt;
-  HostPort parsed{address.substr(0, colon), address.substr(0, colon), address.substr(colon + 1)};
-  std::string& host = parsed.host;
-  if (host.front() == '[') {
-    if (host.size() < 3 || host.back() != ']') return std::nullopt;
-    host = host.substr(1, host.size() - 2);
-  } else if (host.find(':') != std::string::npos) {
-    return std::nullopt;  // an IPv6 address without brackets
-  }
-  const std::string& port = parsed.port;
-  if (port.empty() || port.size() > 5 ||
-      !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
-      std::stoul(port) > 65535)
-    return std::nullopt;
-  return parsed;
-}
-
-struct FreeAddresses {
-  void operator()(addrinfo* addresses) const noexcept { freeaddrinfo(addresses); }
-};
-using Addresses = std::unique_ptr<addrinfo, FreeAddresses>;
-
-Addresses resolve(const HostPort& where, bool passive, std::error_code& error) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0);
-  addrinfo* found = nullptr;
-  const int rc = getaddrinfo(where.host.c_str(), where.port.c_str(), &hints, &found);
-  if (rc != 0) {
-    error = rc == EAI_SYSTEM ? std::error_code(errno, std::system_category())
-                             : make_error_code(Errc::bad_url);
-    return nullptr;
-  }
-  return Addresses(found);
-}
-
-std::error_code system_error(int code) {
-  return code == ECONNREFUSED ? make_error_code(Errc::not_listening)
-                              : std::error_code(code, std::system_category());
-}
-
-/// Small frames go out at once, not after Nagle's delay.
-void set_no_delay(int fd) {
-  const int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-}
-
-/// Waits for `events` on `fd`; false with `error` set once `deadline` passes.
-bool wait_for(int fd, short events, Clock::time_point deadline, std::error_code& error) {
-  for (;;) {
-    const int64_t left =
-        std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    pollfd p{fd, events, 0};
-    const int n = ::poll(&p, 1, static_cast<int>(std::clamp<int64_t>(left, 0, INT_MAX)));
-    if (n > 0) return true;
-    if (n < 0 && errno != EINTR) {
-      error = system_error(errno);
-      return false;
-    }
-    if (n == 0 && left <= 0) {
-      error = std::make_error_code(std::errc::timed_out);
-      return false;
-    }
-  }
-}
-
-/// A connected non-blocking socket to `address`, or -1 with `error` set.
-int connect_socket(const addrinfo& address, Clock::time_point deadline, std::error_code& error) {
-  const int fd =
-      socket(address.ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, address.ai_protocol);
-  if (fd < 0) {
-    error = system_error(errno);
-    return -1;
-  }
-  set_no_delay(fd);
-  if (::connect(fd, address.ai_addr, address.ai_addrlen) != 0) {
-    int result = errno;
-    if (result == EINPROGRESS) {
-      result = 0;
-      socklen_t size = sizeof result;
-      if (!wait_for(fd, POLLOUT, deadline, error)) {
-        close(fd);
-        return -1;
-      }
-      getsockopt(fd, SOL_SOCKET, SO_ERROR, &result, &size);
-    }
-    if (result != 0) {
-      error = system_error(result);
-      close(fd);
-      return -1;
-    }
-  }
-  return fd;
-}
-
-bool send_hello(int fd, const TcpHello& hello, Clock::time_point deadline, std::error_code& error) {
-  std::array<std::byte, sizeof(TcpHello)> bytes;
-  std::memcpy(bytes.data(), &hello, sizeof hello);
-  size_t sent = 0;
-  while (sent < bytes.size()) {
-    const ssize_t n = ::send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
-    if (n > 0) {
-      sent += static_cast<size_t>(n);
-    } else if (errno == EAGAIN || errno == EINTR) {
-      if (!wait_for(fd, POLLOUT, deadline, error)) return false;
-    } else {
-      error = errno == EPIPE || errno == ECONNRESET ? make_error_code(Errc::session_closed)
-                                                    : system_error(errno);
-      return false;
-    }
-  }
-  return true;
+/// The session of `fd`, whose own hello is sent; `awaits_hello`: the peer's is not read yet.
+/// nullptr (and `fd` closed) when out of descriptors.
+std::unique_ptr<Link> open_link(int fd, LinkLimits limits, bool awaits_hello) {
+  std::error_code error;
+  std::unique_ptr<SocketStream> stream = SocketStream::open(fd, error);
+  if (!stream) return nullptr;
+  const StreamLink::AwaitedHello hello{awaits_hello ? sizeof(TcpHello) : 0, compatible_hello};
+  return std::make_unique<StreamLink>(std::move(stream), limits, hello);
 }
 
 class TcpListener final : public Listener {
@@ -239,8 +121,7 @@ std::unique_ptr<Link> TcpListener::open(const HalfOpen& c) const {
     close(c.fd);
     return nullptr;
   }
-  std::error_code error;  // out of descriptors: the connection is dropped like a bad one
-  return TcpLink::open(c.fd, *limits, false, error);
+  return open_link(c.fd, *limits, false);
 }
 
 void TcpListener::forget(size_t index) {
@@ -300,35 +181,6 @@ std::unique_ptr<Link> TcpListener::accept() {
   return nullptr;
 }
 
-/// A listening non-blocking socket on `address`, or -1 with `error` set.
-int listen_socket(const addrinfo& address, std::error_code& error) {
-  const int fd =
-      socket(address.ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, address.ai_protocol);
-  if (fd < 0) {
-    error = system_error(errno);
-    return -1;
-  }
-  // SO_REUSEPORT: several server threads may listen on one port, the kernel spreads the
-  // connections.
-  const int one = 1;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
-  if (bind(fd, address.ai_addr, address.ai_addrlen) != 0 || listen(fd, kBacklog) != 0) {
-    error = system_error(errno);
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-uint16_t bound_port(int fd) {
-  sockaddr_storage bound{};
-  socklen_t size = sizeof bound;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &size);
-  return ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
-                                           : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-}
-
 }  // namespace
 
 std::unique_ptr<Listener> listen_tcp(const std::string& host_port, Engine& engine,
@@ -340,9 +192,7 @@ std::unique_ptr<Listener> listen_tcp(const std::string& host_port, Engine& engin
   }
   const Addresses addresses = resolve(*where, true, error);
   if (!addresses) return nullptr;
-  int fd = -1;
-  for (const addrinfo* a = addresses.get(); a != nullptr && fd < 0; a = a->ai_next)
-    fd = listen_socket(*a, error);
+  const int fd = listen_on(addresses, error);
   if (fd < 0) return nullptr;
   const int epoll_fd = epoll_create1(EPOLL_CLOEXEC);
   epoll_event event{};
@@ -379,12 +229,16 @@ std::unique_ptr<Link> connect_tcp(const std::string& host_port, Engine& engine,
       if (error == std::errc::timed_out) return nullptr;
       continue;
     }
-    if (!send_hello(fd, own, deadline, error)) {
+    if (!send_all(fd, std::as_bytes(std::span(&own, 1)), deadline, error)) {
       close(fd);
       return nullptr;
     }
-    error.clear();
-    return TcpLink::open(fd, LinkLimits{own.window, own.max_message_bytes}, true, error);
+    std::unique_ptr<Link> link = open_link(fd, LinkLimits{own.window, own.max_message_bytes}, true);
+    if (link)
+      error.clear();
+    else
+      error = std::make_error_code(std::errc::too_many_files_open);
+    return link;
   }
   return nullptr;
 }

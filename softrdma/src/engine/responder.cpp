@@ -246,11 +246,13 @@ bool resolve_local_qp(uint32_t qpn, TargetQp& out) {
 
 ResponderReply respond(TargetQp& t, const InboundRequest& r) {
   TargetHold hold(t);
-  // A dead process answers nothing, whatever of its memory is still mapped here.
-  if (!hold.ok() || !t.arena->owner_alive()) return no_answer();
-  QpShared* qp = t.qp;
   const bool ud = r.qp_type == IBV_QPT_UD;
-  if (qp->qp_type != static_cast<uint32_t>(r.qp_type)) return no_answer();
+  // A dead process answers nothing, whatever of its memory is still mapped here. A datagram
+  // to it is lost at once: the sender never waits on it (later sends would wait behind it).
+  if (!hold.ok() || !t.arena->owner_alive()) return ud ? done(IBV_WC_SUCCESS) : no_answer();
+  QpShared* qp = t.qp;
+  if (qp->qp_type != static_cast<uint32_t>(r.qp_type))
+    return ud ? done(IBV_WC_SUCCESS) : no_answer();
   if (!receiving(qp->state.load(std::memory_order_acquire)))
     return ud ? done(IBV_WC_SUCCESS) : no_answer();
   if (ud) {

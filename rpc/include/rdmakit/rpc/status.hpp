@@ -53,6 +53,8 @@ enum class Errc {
   bad_url,             // not scheme://address, or a scheme without a transport
   protocol_error,      // the peer broke the protocol (malformed frame, bad index)
   not_listening,       // nothing listens at that address
+  too_many_sessions,   // the server admits no more sessions (ud://: its receive buffers are
+                       // all reserved for the sessions it has)
 };
 const std::error_category& rpc_category() noexcept;
 inline std::error_code make_error_code(Errc e) noexcept {

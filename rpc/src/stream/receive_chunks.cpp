@@ -1,5 +1,5 @@
-// The TCP link's receive chunks: reading, handing out and recycling (see receive_chunks.hpp).
-#include "tcp/receive_chunks.hpp"
+// The stream link's receive chunks: reading, handing out and recycling (see receive_chunks.hpp).
+#include "stream/receive_chunks.hpp"
 
 #include <algorithm>
 #include <cstring>

@@ -1,4 +1,4 @@
-// The TCP link's receive buffer. Bytes are read into chunks (64 KiB) and frames are handed
+// The stream link's receive buffer. Bytes are read into chunks (64 KiB) and frames are handed
 // out where they arrived, so a payload stays in place until it is released, however long
 // the application holds it and whatever arrives meanwhile. Each chunk counts its frames not
 // yet released; a frame that does not fit in the rest of the current chunk has its partial
