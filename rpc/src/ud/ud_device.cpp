@@ -18,7 +18,7 @@
 namespace rdmakit::rpc::detail::ud {
 namespace {
 
-constexpr uint32_t kReceives = 8192;
+constexpr uint32_t kReceives = 4096;
 constexpr uint32_t kSendDepth = 4096;
 constexpr int kCompletionQueueDepth = kReceives + kSendDepth;
 // Every datagram to a UD queue pair starts with the 40-byte GRH in its receive buffer.
