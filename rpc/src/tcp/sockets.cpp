@@ -54,6 +54,17 @@ Addresses resolve(const HostPort& where, bool passive, std::error_code& error) {
   return Addresses(found);
 }
 
+Addresses resolve(const std::string& host_port, bool passive, HostPort& where,
+                  std::error_code& error) {
+  std::optional<HostPort> parsed = parse_host_port(host_port);
+  if (!parsed) {
+    error = make_error_code(Errc::bad_url);
+    return nullptr;
+  }
+  where = std::move(*parsed);
+  return resolve(where, passive, error);
+}
+
 std::error_code system_error(int code) {
   return code == ECONNREFUSED ? make_error_code(Errc::not_listening)
                               : std::error_code(code, std::system_category());

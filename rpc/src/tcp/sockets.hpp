@@ -28,6 +28,9 @@ struct FreeAddresses {
 using Addresses = std::unique_ptr<addrinfo, FreeAddresses>;
 /// The stream addresses of `where` (passive: to listen on); null with `error` set.
 Addresses resolve(const HostPort& where, bool passive, std::error_code& error);
+/// The same for the HOST:PORT of a URL, parsed into `where` (Errc::bad_url if malformed).
+Addresses resolve(const std::string& host_port, bool passive, HostPort& where,
+                  std::error_code& error);
 
 /// errno as an error, a refused connection as Errc::not_listening.
 std::error_code system_error(int code);

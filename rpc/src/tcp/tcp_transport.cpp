@@ -185,12 +185,8 @@ std::unique_ptr<Link> TcpListener::accept() {
 
 std::unique_ptr<Listener> listen_tcp(const std::string& host_port, Engine& engine,
                                      std::error_code& error) {
-  const std::optional<HostPort> where = parse_host_port(host_port);
-  if (!where) {
-    error = make_error_code(Errc::bad_url);
-    return nullptr;
-  }
-  const Addresses addresses = resolve(*where, true, error);
+  HostPort where;
+  const Addresses addresses = resolve(host_port, true, where, error);
   if (!addresses) return nullptr;
   const int fd = listen_on(addresses, error);
   if (fd < 0) return nullptr;
@@ -206,18 +202,14 @@ std::unique_ptr<Listener> listen_tcp(const std::string& host_port, Engine& engin
   }
   error.clear();
   return std::make_unique<TcpListener>(
-      fd, epoll_fd, "tcp://" + where->written_host + ":" + std::to_string(bound_port(fd)),
+      fd, epoll_fd, "tcp://" + where.written_host + ":" + std::to_string(bound_port(fd)),
       engine.options());
 }
 
 std::unique_ptr<Link> connect_tcp(const std::string& host_port, Engine& engine,
                                   std::error_code& error) {
-  const std::optional<HostPort> where = parse_host_port(host_port);
-  if (!where) {
-    error = make_error_code(Errc::bad_url);
-    return nullptr;
-  }
-  const Addresses addresses = resolve(*where, false, error);
+  HostPort where;
+  const Addresses addresses = resolve(host_port, false, where, error);
   if (!addresses) return nullptr;
   const Clock::time_point deadline = Clock::now() + engine.options().connect_timeout;
   const TcpHello own = own_hello(engine.options());

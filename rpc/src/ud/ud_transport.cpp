@@ -121,12 +121,8 @@ class UdListener final : public Listener {
 
 std::unique_ptr<Listener> listen_ud(const std::string& host_port, Engine& engine,
                                     std::error_code& error) {
-  const std::optional<HostPort> where = parse_host_port(host_port);
-  if (!where) {
-    error = make_error_code(Errc::bad_url);
-    return nullptr;
-  }
-  const Addresses addresses = resolve(*where, true, error);
+  HostPort where;
+  const Addresses addresses = resolve(host_port, true, where, error);
   if (!addresses) return nullptr;
   std::shared_ptr<UdDevice> device = device_of(engine, error);
   if (!device) return nullptr;
@@ -134,17 +130,13 @@ std::unique_ptr<Listener> listen_ud(const std::string& host_port, Engine& engine
   if (fd < 0) return nullptr;
   return std::make_unique<UdListener>(
       std::move(device), fd, engine.options(),
-      "ud://" + where->written_host + ":" + std::to_string(bound_port(fd)));
+      "ud://" + where.written_host + ":" + std::to_string(bound_port(fd)));
 }
 
 std::unique_ptr<Link> connect_ud(const std::string& host_port, Engine& engine,
                                  std::error_code& error) {
-  const std::optional<HostPort> where = parse_host_port(host_port);
-  if (!where) {
-    error = make_error_code(Errc::bad_url);
-    return nullptr;
-  }
-  const Addresses addresses = resolve(*where, false, error);
+  HostPort where;
+  const Addresses addresses = resolve(host_port, false, where, error);
   if (!addresses) return nullptr;
   std::shared_ptr<UdDevice> device = device_of(engine, error);
   if (!device) return nullptr;
