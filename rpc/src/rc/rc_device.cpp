@@ -36,7 +36,8 @@ RcDevice::RcDevice(std::shared_ptr<Resources> resources)
       srq_(std::make_shared<SharedReceiveQueue>(resources_->context, resources_->pd,
                                                 kSharedReceives)),
       receive_slots_(resources_->pd, size_t{srq_->depth()} * kReceiveSlotBytes,
-                     Access::local_write) {
+                     Access::local_write),
+      payloads_(resources_->pd, Access::local_write) {
   resources_->channel->set_nonblocking();
   std::vector<uint32_t> all(srq_->depth());
   for (uint32_t i = 0; i < all.size(); ++i) all[i] = i;

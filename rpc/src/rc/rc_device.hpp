@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "rc/payload_pool.hpp"
 #include "rdmakit/allocator.hpp"
 #include "rdmakit/connection.hpp"
 
@@ -46,6 +47,8 @@ class RcDevice {
 
   const std::shared_ptr<Resources>& resources() const noexcept { return resources_; }
   const ProtectionDomain& pd() const noexcept { return resources_->pd; }
+  /// Registered buffers for out-of-line payloads, shared by the endpoint's sessions.
+  PayloadPool& payloads() noexcept { return payloads_; }
   /// Connection options that attach the QP to the shared receive queue.
   ConnectionOptions connection_options(uint32_t send_depth) const;
 
@@ -72,6 +75,7 @@ class RcDevice {
   std::shared_ptr<Resources> resources_;
   std::shared_ptr<SharedReceiveQueue> srq_;
   RawRegion receive_slots_;
+  PayloadPool payloads_;
   std::unordered_map<uint32_t, Client*> clients_;
   std::unordered_map<uint32_t, std::vector<Early>> early_;  // completions of QPs not attached yet
   std::vector<uint32_t> to_repost_;

@@ -93,6 +93,11 @@ RcLink::RcLink(std::shared_ptr<RcDevice> device, Connection connection, const Se
 }
 
 RcLink::~RcLink() {
+  // Revoked before the payloads go back to the pool, where another session may reuse them.
+  for (Out& o : out_) {
+    if (o.begun) withdraw(o.begun->grant);
+    for (Grant& grant : o.grants) withdraw(grant);
+  }
   device_->detach(qpn_);
   close(wait_fd_);
 }
@@ -114,7 +119,7 @@ void RcLink::fail(std::error_code why) noexcept {
 std::byte* RcLink::begin(Channel channel, FrameHeader& header) {
   if (failure_ || peer_closed_) return nullptr;
   Out& o = out_[index(channel)];
-  if (o.begun && o.begun->grant.id != 0) grants_.revoke(o.begun->grant.id);
+  if (o.begun) withdraw(o.begun->grant);
   o.begun.reset();
   const uint64_t ring_bytes = setup_.peer_ring_bytes;
   const bool out_of_line = header.length > inline_max_;
@@ -132,16 +137,20 @@ std::byte* RcLink::begin(Channel channel, FrameHeader& header) {
   std::byte* frame = ring(staging_.data(), channel, setup_.peer_ring_bytes) + at % ring_bytes;
   std::byte* payload = frame + sizeof(FrameHeader);
   if (out_of_line) {
-    begun.grant.payload = std::make_unique_for_overwrite<std::byte[]>(header.length);
     std::error_code ec;
-    const rdmakit::Grant g = grants_.grant(begun.grant.payload.get(), header.length,
-                                           Access::remote_read, setup_.grant_lifetime, ec);
+    begun.grant.payload = device_->payloads().take(header.length, ec);
     if (ec) return nullptr;
+    const rdmakit::Grant g = grants_.grant(begun.grant.payload.data(), header.length,
+                                           Access::remote_read, setup_.grant_lifetime, ec);
+    if (ec) {
+      device_->payloads().give_back(std::move(begun.grant.payload));
+      return nullptr;
+    }
     begun.grant.id = g.id;
     header.flags |= kOutOfLine;
     header.out_of_line = g.remote.address();
     header.out_of_line_tag = g.remote.rkey();
-    payload = begun.grant.payload.get();
+    payload = begun.grant.payload.data();
   }
   std::memcpy(frame, &header, sizeof header);
   o.begun = std::move(begun);
@@ -357,6 +366,11 @@ void RcLink::on_span(Channel channel, uint32_t imm, uint32_t bytes) {
   o.released = released;
 }
 
+void RcLink::withdraw(Grant& grant) noexcept {
+  if (grant.id != 0) grants_.revoke(grant.id);  // false if it expired: revoked already
+  device_->payloads().give_back(std::move(grant.payload));
+}
+
 void RcLink::on_pulled(Channel channel, uint32_t count) {
   Out& o = out_[index(channel)];
   if (count > o.grants.size()) {
@@ -364,7 +378,7 @@ void RcLink::on_pulled(Channel channel, uint32_t count) {
     return;
   }
   for (uint32_t i = 0; i < count; ++i) {
-    grants_.revoke(o.grants.front().id);  // false if it expired meanwhile: revoked already
+    withdraw(o.grants.front());
     o.grants.pop_front();
   }
 }
@@ -381,7 +395,7 @@ int RcLink::receive(FrameSink& sink, int budget) {
 bool RcLink::start_pull(In& in, const FrameHeader& h) {
   if (sends_outstanding_ + 1 > send_depth_) return false;
   std::error_code ec;
-  in.pull_buffer = RawRegion(device_->pd(), h.length, Access::local_write, ec);
+  in.pull_buffer = device_->payloads().take(h.length, ec);
   if (ec) {
     fail(make_error_code(Errc::message_too_large));
     return false;
@@ -465,7 +479,7 @@ void RcLink::release(Channel channel, uint64_t cookie) {
   if (cookie < in.first_held || cookie - in.first_held >= in.held.size()) return;
   Held& held = in.held[cookie - in.first_held];
   held.released = true;
-  held.pulled = RawRegion();
+  device_->payloads().give_back(std::move(held.pulled));
   while (!in.held.empty() && in.held.front().released) {
     in.held.pop_front();
     ++in.first_held;
@@ -495,6 +509,7 @@ std::error_code RcLink::failure() const {
 }
 
 void RcLink::check_alive() {
+  grants_.revoke_expired();  // grants live as long as a call may; their memory stays ours
   if (connection_.qp().state() == IBV_QPS_ERR) fail(make_error_code(Errc::session_closed));
 }
 

@@ -13,7 +13,9 @@
 // Payloads larger than a quarter of a ring go out of line: the frame carries the address
 // and the rkey of a grant (rdmakit's GrantTable) over the sender's buffer, the receiver pulls
 // the payload with one RDMA READ into registered memory of its own, delivers the frame, and
-// tells the sender, which revokes the grant (grants also expire).
+// tells the sender, which revokes the grant. A grant also expires after the call timeout
+// (revoked at the next liveness check). Payload buffers on both sides come from the
+// endpoint's PayloadPool, registered once and reused.
 #pragma once
 
 #include <chrono>
@@ -75,7 +77,7 @@ class RcLink final : public Link, private RcDevice::Client {
  private:
   struct Grant {
     uint64_t id = 0;
-    std::unique_ptr<std::byte[]> payload;
+    RawRegion payload;  // from the device's payload pool
   };
   struct Out {
     uint64_t released = 0;   // how far the peer has released this ring, as we know it
@@ -95,7 +97,7 @@ class RcLink final : public Link, private RcDevice::Client {
   struct Held {
     uint64_t start = 0;
     bool released = false;
-    RawRegion pulled;  // an out-of-line payload, read into our memory
+    RawRegion pulled;  // an out-of-line payload, read into our memory (the payload pool)
   };
   struct In {
     uint64_t head = 0;                                // the next frame to hand out starts here
@@ -118,6 +120,7 @@ class RcLink final : public Link, private RcDevice::Client {
   void on_span(Channel channel, uint32_t imm, uint32_t bytes);
   void on_pulled(Channel channel, uint32_t count);
   void fail(std::error_code why) noexcept;
+  void withdraw(Grant& grant) noexcept;
   int deliver(Channel channel, FrameSink& sink, int budget);
   bool start_pull(In& in, const FrameHeader& h);
   void advance_released(In& in) noexcept;
