@@ -1,7 +1,8 @@
 // `rdmakit kv` (tools/rdmakit/kv_*): its table, wire format, values and checks as units; a
 // server in this process answering malformed requests with error statuses; and the tool run
-// end to end on inproc://, shm:// and tcp:// (also across two network namespaces), with RPC
-// and one-sided GETs, uniform and Zipf keys, checking exit code and JSON.
+// end to end on inproc://, shm://, tcp://, rc:// and ud:// (the last three also across two
+// network namespaces), with RPC and one-sided GETs, uniform and Zipf keys, checking exit code
+// and JSON.
 #include <gtest/gtest.h>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
@@ -10,7 +11,6 @@
 #include <atomic>
 #include <map>
 #include <random>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,6 +22,7 @@
 #include "kv_values.hpp"
 #include "kv_workload.hpp"
 #include "rdmakit/rpc/client.hpp"
+#include "support/json_lines.hpp"
 #include "support/listening.hpp"
 #include "support/subprocess.hpp"
 #include "support/two_hosts.hpp"
@@ -416,21 +417,13 @@ TEST(KvServer, AnswersMalformedRequestsWithErrorsAndKeepsServing) {
 
 // -------------------------------------------------------------------- the tool, end to end
 
+using rdmakit::testing::last_json;
+
 std::vector<std::string> tool(const std::string& args, std::vector<std::string> prefix = {}) {
   prefix.push_back(SOFTRDMA_RUN);
   prefix.push_back(RDMAKIT_TOOL);
   prefix.push_back("kv");
-  for (const std::string& w : rdmakit::testing::words(args)) prefix.push_back(w);
-  return prefix;
-}
-
-nlohmann::json last_json(const std::string& output) {
-  std::istringstream lines(output);
-  nlohmann::json last;
-  for (std::string line; std::getline(lines, line);) {
-    if (!line.empty() && line.front() == '{') last = nlohmann::json::parse(line);
-  }
-  return last;
+  return rdmakit::testing::with_args(std::move(prefix), args);
 }
 
 // Runs a client with `args` against `url`, checks its exit code and JSON, returns the JSON.
@@ -455,7 +448,19 @@ nlohmann::json run_client(const std::string& url, const std::string& args,
   return j;
 }
 
-enum class Where { inproc, shm_process, tcp_process, tcp_local };
+// tcp, rc and ud: a server process on a free port (rc and ud on softrdma's device).
+enum class Where { inproc, shm_process, tcp_process, rc_process, ud_process, tcp_local };
+
+const char* scheme_of(Where where) {
+  switch (where) {
+    case Where::rc_process:
+      return "rc";
+    case Where::ud_process:
+      return "ud";
+    default:
+      return "tcp";
+  }
+}
 
 struct ToolCase {
   std::string name;
@@ -488,9 +493,11 @@ TEST_P(KvTool, RunsAndReadsOnlyRightValues) {
       url = "shm://kv-test-" + tag + "-" + c.name;
       server.emplace(tool(url + " --serve -D 80 " + c.server_args));
       break;
-    case Where::tcp_process: {
+    case Where::tcp_process:
+    case Where::rc_process:
+    case Where::ud_process: {
       const int port = rdmakit::testing::free_tcp_port();
-      url = "tcp://127.0.0.1:" + std::to_string(port);
+      url = std::string(scheme_of(c.where)) + "://127.0.0.1:" + std::to_string(port);
       server.emplace(tool(url + " --serve -D 80 " + c.server_args));
       ASSERT_TRUE(rdmakit::testing::wait_listening(port, 20s));
       break;
@@ -534,14 +541,24 @@ INSTANTIATE_TEST_SUITE_P(
                       ToolCase{"tcp_one_sided_uniform", Where::tcp_process, "--keys 5000 -s 256",
                                "--one-sided -r 95 -q 4"},
                       ToolCase{"tcp_local_one_sided_zipf", Where::tcp_local, "--keys 5000",
-                               "--one-sided --distribution zipf -r 50 -q 4"}),
+                               "--one-sided --distribution zipf -r 50 -q 4"},
+                      ToolCase{"rc_zipf_two_clients", Where::rc_process, "--keys 5000",
+                               "--distribution zipf -c 2 -q 8 -r 50"},
+                      ToolCase{"rc_one_sided_4KiB", Where::rc_process, "--keys 2000 -s 4096",
+                               "--one-sided -r 95 -q 4"},
+                      ToolCase{"ud_uniform_4KiB_writes", Where::ud_process, "--keys 2000 -s 4096",
+                               "-c 2 -q 8 -r 50"},
+                      ToolCase{"ud_one_sided_zipf", Where::ud_process, "--keys 5000",
+                               "--one-sided --distribution zipf -r 95 -q 4"}),
     tool_case_name);
 
-TEST(KvToolTwoHosts, TcpAndOneSidedAcrossNamespaces) {
+class KvToolTwoHosts : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(KvToolTwoHosts, RpcAndOneSidedAcrossNamespaces) {
   rdmakit::testing::TwoHosts hosts;
   if (!hosts.ok()) GTEST_SKIP() << "no network namespaces here: " << hosts.reason();
   const int port = rdmakit::testing::free_tcp_port();
-  const std::string url = "tcp://" + hosts.address(0) + ":" + std::to_string(port);
+  const std::string url = GetParam() + "://" + hosts.address(0) + ":" + std::to_string(port);
   rdmakit::testing::Process server(tool(url + " --serve -D 80 --keys 3000", hosts.on(0)));
   ASSERT_TRUE(rdmakit::testing::wait_listening(port, 20s, server.pid()));
   run_client(url, "--keys 3000 -q 4 -r 50 --distribution zipf", hosts.on(1));
@@ -550,6 +567,11 @@ TEST(KvToolTwoHosts, TcpAndOneSidedAcrossNamespaces) {
     EXPECT_TRUE(j["one_sided"].get<bool>());
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Transports, KvToolTwoHosts, ::testing::Values("tcp", "rc", "ud"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
 
 TEST(KvToolErrors, RefusesMoreKeysThanTheServerHolds) {
   const int port = rdmakit::testing::free_tcp_port();

@@ -7,10 +7,10 @@
 #include <nlohmann/json.hpp>
 
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "support/json_lines.hpp"
 #include "support/listening.hpp"
 #include "support/subprocess.hpp"
 #include "support/two_hosts.hpp"
@@ -20,20 +20,12 @@ namespace {
 using namespace std::chrono_literals;
 using rdmakit::testing::Exit;
 
+using rdmakit::testing::last_json;
+
 std::vector<std::string> tool(const std::string& args, std::vector<std::string> prefix = {}) {
   prefix.push_back(RDMAKIT_TOOL);
   prefix.push_back("rpc-bench");
-  for (const std::string& w : rdmakit::testing::words(args)) prefix.push_back(w);
-  return prefix;
-}
-
-nlohmann::json last_json(const std::string& output) {
-  std::istringstream lines(output);
-  nlohmann::json last;
-  for (std::string line; std::getline(lines, line);) {
-    if (!line.empty() && line.front() == '{') last = nlohmann::json::parse(line);
-  }
-  return last;
+  return rdmakit::testing::with_args(std::move(prefix), args);
 }
 
 // Runs the client with `args`, checks its JSON and returns it.

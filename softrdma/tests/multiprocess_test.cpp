@@ -316,6 +316,68 @@ TEST_F(MultiProcessTest, ReregisteringRemappedMemoryExposesTheNewPages) {
   EXPECT_TRUE(exited_with(child.Wait(), 0));
 }
 
+// A region registered after another one was deregistered gets a new memfd, which may reuse
+// the old one's number: a peer that reached the old region must reach the new pages, not the
+// dead memfd it mapped before.
+TEST_F(MultiProcessTest, APeersNewRegionOnAReusedMemfdNumberIsReachedNotTheOldOne) {
+  constexpr size_t kSize = 4096;
+  Child child(link_, [this] {
+    ChildVerbs v;
+    if (!open_child_verbs(v, kSize, 0xc1)) return child_fail(2, "open");
+    auto region = [&v](uint8_t fill, ibv_mr** mr) -> void* {
+      void* p = mmap(nullptr, kSize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED) return nullptr;
+      std::memset(p, fill, kSize);
+      *mr = ibv_reg_mr(v.pd, p, kSize, kRemoteAccess);
+      return *mr ? p : nullptr;
+    };
+    ibv_mr* first = nullptr;
+    void* p1 = region(0xa1, &first);
+    if (!p1) return child_fail(3, "first region");
+    const Endpoint mine{v.qp->qp_num, first->rkey, reinterpret_cast<uintptr_t>(p1), kSize};
+    Endpoint parent;
+    uint8_t step = 0;
+    if (!link_.send(mine) || !link_.receive(&parent) ||
+        rc_connect(v.qp, parent.qpn, v.gid, RcParams{}) != 0 || !link_.send(kReady) ||
+        !link_.receive(&step))
+      return child_fail(4, "connect");
+    if (!link_.receive(&step, Millis{8000})) return child_fail(5, "the parent did not read");
+    if (ibv_dereg_mr(first) != 0) return child_fail(6, "deregister");
+    ibv_mr* second = nullptr;
+    auto* p2 = static_cast<uint8_t*>(region(0xb2, &second));
+    if (!p2) return child_fail(7, "second region");
+    const Endpoint next{v.qp->qp_num, second->rkey, reinterpret_cast<uintptr_t>(p2), kSize};
+    if (!link_.send(next) || !link_.receive(&step, Millis{8000}))
+      return child_fail(8, "the parent did not write");
+    for (size_t i = 0; i < kSize; ++i)
+      if (p2[i] != 0x7e) return child_fail(9, "the write went elsewhere");
+    return 0;
+  });
+  ASSERT_TRUE(child.started());
+  Endpoint peer;
+  ASSERT_NO_FATAL_FAILURE(ConnectToChild(nullptr, RcParams{}, &peer));
+  Buffer local = NewBuffer(kSize, kRemoteAccess, 0);
+  ASSERT_EQ(
+      post_send(qp_, rdma_wr(1, IBV_WR_RDMA_READ, peer.addr, peer.rkey), {local.sge(0, kSize)}), 0);
+  EXPECT_TRUE(completed(poll_one(cq_), 1));
+  EXPECT_TRUE(local.all(0xa1));
+  ASSERT_TRUE(link_.send(uint8_t{1}));
+  Endpoint second;
+  ASSERT_TRUE(link_.receive(&second)) << "no second region from the child";
+  ASSERT_EQ(
+      post_send(qp_, rdma_wr(2, IBV_WR_RDMA_READ, second.addr, second.rkey), {local.sge(0, kSize)}),
+      0);
+  EXPECT_TRUE(completed(poll_one(cq_), 2));
+  EXPECT_TRUE(local.all(0xb2)) << "read the first region's dead pages";
+  local.fill(0x7e);
+  ASSERT_EQ(post_send(qp_, rdma_wr(3, IBV_WR_RDMA_WRITE, second.addr, second.rkey),
+                      {local.sge(0, kSize)}),
+            0);
+  EXPECT_TRUE(completed(poll_one(cq_), 3));
+  ASSERT_TRUE(link_.send(uint8_t{2}));
+  EXPECT_TRUE(exited_with(child.Wait(), 0));
+}
+
 // Deregistered memory is ordinary memory again: a child forked afterwards gets a private
 // copy, so neither process sees the other's writes.
 TEST_F(MultiProcessTest, MemoryDeregisteredBeforeForkIsCopiedNotShared) {

@@ -111,4 +111,9 @@ std::vector<std::string> words(const std::string& s) {
   return out;
 }
 
+std::vector<std::string> with_args(std::vector<std::string> command, const std::string& args) {
+  for (std::string& w : words(args)) command.push_back(std::move(w));
+  return command;
+}
+
 }  // namespace rdmakit::testing

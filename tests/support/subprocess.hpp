@@ -46,4 +46,7 @@ int free_tcp_port();
 /// Splits "a b c" on spaces.
 std::vector<std::string> words(const std::string& s);
 
+/// `command` followed by the words of `args`.
+std::vector<std::string> with_args(std::vector<std::string> command, const std::string& args);
+
 }  // namespace rdmakit::testing

@@ -32,7 +32,7 @@ bool PinnedRanges::add(uint32_t key, uint64_t addr, uint64_t length, const Proce
   if (owner == self_process()) {
     here = static_cast<char*>(iov_[count_].iov_base);
   } else if (s->memfd >= 0) {
-    if (char* base = map_peer_pages(owner, s->memfd, s->memfd_offset + s->length))
+    if (char* base = map_peer_pages(owner, s->memfd, s->memfd_serial, s->memfd_offset + s->length))
       here = base + s->memfd_offset + (addr - s->iova);
   }
   mapped_[count_] = iovec{here, length};

@@ -159,7 +159,7 @@ void Registry::release_qpn(uint32_t qpn) {
 }
 
 uint32_t Registry::claim_mr(uint32_t pd_id, uint32_t access, uint64_t iova, uint64_t length,
-                            uint64_t host_addr, int memfd, uint64_t memfd_offset) {
+                            uint64_t host_addr, const SharedPages* pages) {
   uint32_t index = 0;
   MrSlot* s = claim_slot(mrs_, kMrCapacity, header_->next_mr, index);
   if (!s) return 0;
@@ -171,8 +171,9 @@ uint32_t Registry::claim_mr(uint32_t pd_id, uint32_t access, uint64_t iova, uint
   s->iova = iova;
   s->length = length;
   s->host_addr = host_addr;
-  s->memfd = memfd;
-  s->memfd_offset = memfd_offset;
+  s->memfd = pages ? pages->fd : -1;
+  s->memfd_serial = pages ? pages->serial : 0;
+  s->memfd_offset = pages ? pages->offset : 0;
   const uint32_t key = (random_tag() << kMrIndexBits) | index;
   s->key.store(key, std::memory_order_relaxed);
   s->state.store(static_cast<uint32_t>(SlotState::kLive), std::memory_order_release);

@@ -11,6 +11,7 @@
 
 #include "common/process_identity.hpp"
 #include "common/process_lock.hpp"
+#include "engine/shared_pages.hpp"
 
 namespace softrdma {
 
@@ -45,6 +46,7 @@ struct alignas(64) MrSlot {
   uint64_t host_addr;  // address of iova in the owner's address space
   int32_t memfd;       // the owner's memfd holding the pages (see shared_pages.hpp), or -1
   uint32_t pad;
+  uint64_t memfd_serial;  // which memfd that number names now
   uint64_t memfd_offset;  // of host_addr in that memfd
 };
 
@@ -76,7 +78,7 @@ class Registry {
 
   /// Registers a memory region; returns its key, or 0 when the table is full.
   uint32_t claim_mr(uint32_t pd_id, uint32_t access, uint64_t iova, uint64_t length,
-                    uint64_t host_addr, int memfd, uint64_t memfd_offset);
+                    uint64_t host_addr, const SharedPages* pages);
   /// Unpublishes `key` and waits until no peer is inside the region any more.
   void release_mr(uint32_t key);
   /// The slot of `key`, or nullptr when the key is malformed. The caller checks liveness.

@@ -29,11 +29,13 @@ uintptr_t page_size() {
 struct MovedRange {
   size_t length;
   int fd;
+  uint64_t serial;
   int registrations;
 };
 // The maps below are never destroyed: helper threads may still use them while exit() runs.
 std::mutex g_moved_mutex;
 auto& g_moved = *new std::map<uintptr_t, MovedRange>();
+uint64_t g_last_serial = 0;  // of the memfds made so far (under g_moved_mutex)
 
 // True while all of [start, start + length) is still mapped from `fd` (the user may have
 // unmapped it while it was registered).
@@ -83,7 +85,7 @@ std::optional<SharedPages> share_pages(void* addr, size_t length) {
     --it;
     if (start >= it->first && start + length <= it->first + it->second.length) {
       ++it->second.registrations;
-      return SharedPages{it->second.fd, start - it->first};
+      return SharedPages{it->second.fd, it->second.serial, start - it->first};
     }
     if (start < it->first + it->second.length) return std::nullopt;  // partial overlap
   }
@@ -109,8 +111,9 @@ std::optional<SharedPages> share_pages(void* addr, size_t length) {
     close(fd);
     return std::nullopt;
   }
-  g_moved.emplace(start, MovedRange{length, fd, 1});
-  return SharedPages{fd, 0};
+  const uint64_t serial = ++g_last_serial;
+  g_moved.emplace(start, MovedRange{length, fd, serial, 1});
+  return SharedPages{fd, serial, 0};
 }
 
 void unshare_pages(void* addr, size_t length) {
@@ -153,6 +156,7 @@ namespace {
 struct PeerPages {
   char* base;
   uint64_t bytes;
+  uint64_t serial;
 };
 
 struct PeerKey {
@@ -169,17 +173,23 @@ auto& g_peer_pages = *new std::map<PeerKey, PeerPages>();
 
 }  // namespace
 
-char* map_peer_pages(const ProcessId& owner, int fd, uint64_t bytes) {
+char* map_peer_pages(const ProcessId& owner, int fd, uint64_t serial, uint64_t bytes) {
   // The last mapping this thread used: one-sided traffic mostly goes to one region.
   thread_local PeerKey last_key{0, 0, -1};
-  thread_local PeerPages last{nullptr, 0};
+  thread_local PeerPages last{nullptr, 0, 0};
   if (last_key.pid == owner.pid && last_key.start_time == owner.start_time && last_key.fd == fd &&
-      last.bytes >= bytes)
+      last.serial == serial && last.bytes >= bytes)
     return last.base;
   std::lock_guard lock(g_peer_mutex);
   const PeerKey key{owner.pid, owner.start_time, fd};
   auto it = g_peer_pages.find(key);
-  // The owner never closes these memfds, so a number names one memfd for the owner's life.
+  if (it != g_peer_pages.end() && it->second.serial != serial) {
+    // The owner closed that memfd (its last region was deregistered, which waited for every
+    // access to drain) and the number now names another: the old mapping has no users left.
+    munmap(it->second.base, it->second.bytes);
+    g_peer_pages.erase(it);
+    it = g_peer_pages.end();
+  }
   if (it != g_peer_pages.end()) {
     if (it->second.bytes < bytes) return nullptr;
     last_key = key;
@@ -199,7 +209,7 @@ char* map_peer_pages(const ProcessId& owner, int fd, uint64_t bytes) {
           : MAP_FAILED;
   close(local);
   if (p == MAP_FAILED) return nullptr;
-  g_peer_pages.emplace(key, PeerPages{static_cast<char*>(p), static_cast<uint64_t>(size)});
+  g_peer_pages.emplace(key, PeerPages{static_cast<char*>(p), static_cast<uint64_t>(size), serial});
   return static_cast<char*>(p);
 }
 

@@ -23,6 +23,7 @@ namespace softrdma {
 
 struct SharedPages {
   int fd;           // memfd holding the region's pages, as numbered in the owner
+  uint64_t serial;  // which memfd: the owner reuses a closed memfd's number for a new one
   uint64_t offset;  // of the region's first byte in the memfd
 };
 
@@ -32,8 +33,9 @@ std::optional<SharedPages> share_pages(void* addr, size_t length);
 /// Ends one registration's use of pages share_pages() moved (same addr and length).
 void unshare_pages(void* addr, size_t length);
 
-/// The memfd `fd` of `owner`, mapped into this process (cached for the process's life), or
-/// nullptr. `bytes` covers offset + length of the region being accessed.
-char* map_peer_pages(const ProcessId& owner, int fd, uint64_t bytes);
+/// The memfd `fd` (with `serial`) of `owner`, mapped into this process, or nullptr. `bytes`
+/// covers offset + length of the region being accessed. Mappings are cached per fd number;
+/// one of a memfd the owner has closed is unmapped when the number names a new one.
+char* map_peer_pages(const ProcessId& owner, int fd, uint64_t serial, uint64_t bytes);
 
 }  // namespace softrdma

@@ -55,9 +55,9 @@ ibv_mr* register_region(ibv_pd* pd, void* addr, size_t length, uint64_t iova, in
     return nullptr;
   }
   const auto pages = share_pages(addr, length);
-  const uint32_t key = Registry::instance().claim_mr(
-      to_pd(pd)->id, acc, iova, length, reinterpret_cast<uint64_t>(addr), pages ? pages->fd : -1,
-      pages ? pages->offset : 0);
+  const uint32_t key =
+      Registry::instance().claim_mr(to_pd(pd)->id, acc, iova, length,
+                                    reinterpret_cast<uint64_t>(addr), pages ? &*pages : nullptr);
   if (!key) {
     if (pages) unshare_pages(addr, length);
     delete mr;
@@ -134,7 +134,7 @@ SOFTRDMA_EXPORT int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, 
   const auto pages = share_pages(new_addr, new_len);
   const uint32_t key =
       reg.claim_mr(new_pd->id, new_access, new_iova, new_len, reinterpret_cast<uint64_t>(new_addr),
-                   pages ? pages->fd : -1, pages ? pages->offset : 0);
+                   pages ? &*pages : nullptr);
   if (!key) {
     if (pages) unshare_pages(new_addr, new_len);
     errno = ENOMEM;
