@@ -14,21 +14,12 @@ Usage: bench/rpc_vs_peers.py [--build build] [--runs 3] [--seconds 2] [--markdow
 Peers are built when their packages are installed: scripts/setup-bench.sh.
 """
 import argparse
-import json
 import os
 import re
 import statistics
 import subprocess
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def run_json(argv, timeout=120):
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-    lines = [l for l in out.stdout.splitlines() if l.startswith("{")]
-    if out.returncode != 0 or not lines:
-        raise RuntimeError("%s failed: %s%s" % (" ".join(argv), out.stdout[-500:], out.stderr[-500:]))
-    return json.loads(lines[-1])
+from benchlib import ROOT, run_json
 
 
 class Bench:

@@ -1,6 +1,7 @@
 // What only ud:// has: an incast of clients whose multi-datagram requests and responses all
-// arrive (each session's share of receive buffers is reserved), and admission that refuses a
-// session once the shares are all taken, while the admitted sessions carry on.
+// arrive (each session's share of receive buffers is reserved), admission that refuses a
+// session once the shares are all taken, while the admitted sessions carry on, and a client
+// that goes away telling the server at once (no connection would tell it).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -90,6 +91,34 @@ TEST(UdTransport, SessionsBeyondTheReservedReceiveBuffersAreRefused) {
         return answered == 2;
       },
       [&](const Response& r) { answered += r.status.ok() && text(r.data) == "re:still here"; }));
+}
+
+// Acknowledgements ride on replies and the next call; a client destroyed right after its
+// last reply still acknowledges it, in the closing datagram: the server's session ends now,
+// not after retransmitting the reply until Options::peer_timeout.
+TEST(UdTransport, AClientDestroyedAfterItsReplyClosesTheServersSessionAtOnce) {
+  std::vector<SessionEvent> events;
+  Options server_options;
+  server_options.peer_timeout = std::chrono::seconds(20);
+  server_options.on_session = [&](SessionId, SessionEvent e) { events.push_back(e); };
+  Server server = Server::listen("ud://127.0.0.1:0", server_options);
+  {
+    Options client_options;
+    client_options.peer_timeout = server_options.peer_timeout;
+    Client client = connect_to(server, client_options);
+    ASSERT_TRUE(client.call(bytes("last words"), 0).ok());
+    bool answered = false;
+    ASSERT_TRUE(poll_until(
+        server, {&client},
+        [&] {
+          while (auto h = server.recv()) EXPECT_FALSE(std::move(*h).reply(bytes("heard")));
+          return answered;
+        },
+        [&](const Response& r) { answered = r.status.ok() && text(r.data) == "heard"; }));
+  }
+  const auto closed = [&] { return events.size() == 2 && events.back() == SessionEvent::closed; };
+  EXPECT_TRUE(poll_until(server, {}, closed, {}, std::chrono::seconds(2)))
+      << "the server still holds the session of a client that is gone";
 }
 
 }  // namespace

@@ -1,12 +1,12 @@
 #include <map>
 
 #include "kv_options.hpp"
+#include "rpc_cli.hpp"
 
 namespace rdmakit::tool {
 
 void add_kv_options(CLI::App& app, KvOptions& o) {
-  app.add_option("url", o.url, "inproc://NAME, shm://NAME, tcp://HOST:PORT (any rpc URL)")
-      ->required();
+  app.add_option("url", o.url, kRpcUrlHelp)->required();
   app.add_flag("--serve", o.serve, "only serve (until interrupted, or for --duration seconds)");
   app.add_flag("--local", o.local, "start the server on a thread of this process");
   app.add_option("-k,--keys", o.keys, "keys 0 .. N-1 (the server's table holds N)")
@@ -43,10 +43,7 @@ void add_kv_options(CLI::App& app, KvOptions& o) {
                  "--one-sided: the server's address for RDMA (default: the URL's host)");
   app.add_option("--rdma-port", o.rdma_port,
                  "--serve: TCP port where RDMA connections are accepted (default: any)");
-  const std::map<std::string, rpc::Mode> modes{{"busy_poll", rpc::Mode::busy_poll},
-                                               {"blocking", rpc::Mode::blocking}};
-  app.add_option("--mode", o.mode, "busy_poll (default) or blocking (sleep when idle)")
-      ->transform(CLI::CheckedTransformer(modes, CLI::ignore_case));
+  add_mode_option(app, o.mode);
   app.add_option("--seed", o.seed, "seed of the workload's random choices")->capture_default_str();
   app.add_flag("--json", o.json, "one JSON object instead of the table");
 }

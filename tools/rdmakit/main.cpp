@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
 
   RpcBenchOptions rpc_options;
   CLI::App* rpc_bench = app.add_subcommand(
-      "rpc-bench", "RPC latency, rate and bandwidth over inproc://, shm:// or tcp://");
+      "rpc-bench", "RPC latency, rate and bandwidth over any rpc URL (inproc, shm, tcp, rc, ud)");
   add_rpc_bench_options(*rpc_bench, rpc_options);
 
   KvOptions kv_options;

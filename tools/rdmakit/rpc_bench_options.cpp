@@ -1,15 +1,12 @@
 #include <map>
 
 #include "rpc_bench.hpp"
+#include "rpc_cli.hpp"
 
 namespace rdmakit::tool {
 
 void add_rpc_bench_options(CLI::App& app, RpcBenchOptions& o) {
-  app.add_option(
-         "url", o.url,
-         "inproc://NAME, shm://NAME, tcp://HOST:PORT, rc://HOST:PORT (RDMA RC over RDMA CM) or "
-         "rc+tcp://HOST:PORT (RDMA RC over a TCP exchange)")
-      ->required();
+  app.add_option("url", o.url, kRpcUrlHelp)->required();
   app.add_flag("--serve", o.serve, "only serve (until interrupted, or for --duration seconds)");
   app.add_flag("--local", o.local,
                "start the server in this process, on its own threads (implied by inproc://)");
@@ -29,10 +26,7 @@ void add_rpc_bench_options(CLI::App& app, RpcBenchOptions& o) {
   app.add_option("-D,--duration", o.duration, "seconds to measure (after a 10 % warm-up)")
       ->check(CLI::PositiveNumber);
   app.add_option("-n,--iterations", o.iterations, "latency: calls to time instead of a duration");
-  const std::map<std::string, rpc::Mode> modes{{"busy_poll", rpc::Mode::busy_poll},
-                                               {"blocking", rpc::Mode::blocking}};
-  app.add_option("--mode", o.mode, "busy_poll (default) or blocking (sleep when idle)")
-      ->transform(CLI::CheckedTransformer(modes, CLI::ignore_case));
+  add_mode_option(app, o.mode);
   app.add_option("--ring-bytes", o.ring_bytes,
                  "ring size per session and direction (shm, inproc, rc)");
   app.add_flag("--json", o.json, "one JSON object instead of the table");

@@ -13,6 +13,7 @@
 #include "rdmakit/rpc/status.hpp"
 #include "rdmakit/tcp_connection.hpp"
 #include "ring/segment.hpp"
+#include "tcp/sockets.hpp"
 
 namespace rdmakit::rpc::detail {
 namespace {
@@ -27,20 +28,6 @@ constexpr uint32_t kSendDepth = 256;
 constexpr uint32_t kMaxRingBytes = 1u << 30;
 // The acceptor's bound on one connection's handshake, which runs inside the server's poll.
 constexpr auto kAcceptHandshakeTimeout = std::chrono::milliseconds(2000);
-
-bool split_host_port(const std::string& address, std::string& host, uint16_t& port) {
-  const size_t colon = address.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == address.size()) return false;
-  unsigned long value = 0;
-  for (size_t i = colon + 1; i < address.size(); ++i) {
-    if (address[i] < '0' || address[i] > '9') return false;
-    value = value * 10 + static_cast<unsigned long>(address[i] - '0');
-    if (value > 65535) return false;
-  }
-  host = address.substr(0, colon);
-  port = static_cast<uint16_t>(value);
-  return true;
-}
 
 uint32_t ring_bytes_of(const Options& options) noexcept {
   return std::min(Segment::round_ring_bytes(options.ring_bytes), kMaxRingBytes);
@@ -124,26 +111,32 @@ class RcListener final : public Listener {
 
 /// HOST:PORT of `address`, and the endpoint's device; null with `error` set on failure.
 std::shared_ptr<RcDevice> resolve(const std::string& address, Engine& engine, bool rdma_cm,
-                                  std::string& host, uint16_t& port, std::error_code& error) {
-  if (!split_host_port(address, host, port)) {
+                                  HostPort& where, std::error_code& error) {
+  std::optional<HostPort> parsed = parse_host_port(address);
+  if (!parsed) {
     error = make_error_code(Errc::bad_url);
     return nullptr;
   }
+  where = std::move(*parsed);
   return device_of(engine, rdma_cm, error);
+}
+
+uint16_t port_of(const HostPort& where) {
+  return static_cast<uint16_t>(std::stoul(where.port));  // checked by parse_host_port
 }
 
 template <typename AcceptorType>
 std::unique_ptr<Listener> listen_with(const std::string& address, Engine& engine, bool rdma_cm,
                                       const char* scheme, std::error_code& error) {
-  std::string host;
-  uint16_t port = 0;
-  std::shared_ptr<RcDevice> device = resolve(address, engine, rdma_cm, host, port, error);
+  HostPort where;
+  std::shared_ptr<RcDevice> device = resolve(address, engine, rdma_cm, where, error);
   if (!device) return nullptr;
   try {
     auto acceptor = std::make_unique<AcceptorType>(
-        device->resources(), host, port,
+        device->resources(), where.host, port_of(where),
         connection_options(*device, engine.options(), kAcceptHandshakeTimeout));
-    std::string url = std::string(scheme) + "://" + host + ":" + std::to_string(acceptor->port());
+    std::string url =
+        std::string(scheme) + "://" + where.written_host + ":" + std::to_string(acceptor->port());
     return std::make_unique<RcListener<AcceptorType>>(device, std::move(acceptor), engine.options(),
                                                       std::move(url));
   } catch (const Error& e) {
@@ -155,15 +148,14 @@ std::unique_ptr<Listener> listen_with(const std::string& address, Engine& engine
 template <typename ConnectorType>
 std::unique_ptr<Link> connect_with(const std::string& address, Engine& engine, bool rdma_cm,
                                    std::error_code& error) {
-  std::string host;
-  uint16_t port = 0;
-  std::shared_ptr<RcDevice> device = resolve(address, engine, rdma_cm, host, port, error);
+  HostPort where;
+  std::shared_ptr<RcDevice> device = resolve(address, engine, rdma_cm, where, error);
   if (!device) return nullptr;
   ConnectorType connector(
       device->resources(),
       connection_options(*device, engine.options(), engine.options().connect_timeout));
   const auto deadline = std::chrono::steady_clock::now() + engine.options().connect_timeout;
-  Connection connection = connector.connect(host, port, error);
+  Connection connection = connector.connect(where.host, port_of(where), error);
   if (!connection) return nullptr;
   std::unique_ptr<RcLink> link = open_link(device, std::move(connection), engine.options(), error);
   if (link && !link->await_peer(deadline)) {

@@ -46,6 +46,8 @@ UdStream::UdStream(std::shared_ptr<UdDevice> device, std::chrono::milliseconds s
 }
 
 UdStream::~UdStream() {
+  // A peer not told would retransmit what we never acknowledged until it gave up on us.
+  shut_down();
   if (attached_) device_->detach(session_);
   for (const Arrived& a : arrived_) device_->repost(a.slot);
   close(wait_fd_);
@@ -135,13 +137,18 @@ void UdStream::progress() {
     rto_ = std::min(2 * rto_, kLongestTimeout);
     retransmit_at_ = now_ + rto_;
   }
-  if ((ack_due_ || ack_told_ != consumed()) && !shut_) send_control(Kind::ack);
+  const bool owed = ack_told_ != consumed();
+  if ((ack_due_ || (owed && ack_owed_)) && !shut_) send_control(Kind::ack);
+  ack_owed_ = ack_told_ != consumed();
 }
 
 bool UdStream::on_packet(const PacketHeader& h, std::span<const std::byte> data, uint32_t slot) {
   // An acknowledgement outside what we sent is stale (reordered) or bogus: ignored.
   if (!before(h.ack, acked_) && !before(next_seq_, h.ack) && h.ack != acked_) {
     acked_ = h.ack;
+    // Not the time of the last progress(): packets are taken by any poll of the device, and
+    // a stale time would shorten the next timeout or even declare the peer silent.
+    now_ = Clock::now();
     last_progress_ = now_;
     rto_ = kFirstTimeout;
     retransmit_at_ = now_ + rto_;
@@ -202,8 +209,10 @@ void UdStream::set_sleeping(bool sleeping, bool /*output_waiting*/) {
     device_->disarm();
     return;
   }
-  // Unacknowledged data needs its retransmission; output the window holds back waits for
-  // acknowledgements, which arrive as completions and wake us anyway.
+  // What we read is acknowledged before we sleep. Unacknowledged data needs its
+  // retransmission; output the window holds back waits for acknowledgements, which arrive
+  // as completions and wake us anyway.
+  if (ack_told_ != consumed() && peer_ && !shut_) send_control(Kind::ack);
   std::optional<Clock::time_point> wake_at;
   if (next_seq_ != acked_) wake_at = retransmit_at_;
   device_->arm(wake_at);

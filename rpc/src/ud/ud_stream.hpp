@@ -84,7 +84,11 @@ class UdStream final : public ByteStream, private UdDevice::Receiver {
   uint32_t expected_ = 0;  // the next data datagram we take
   std::deque<Arrived> arrived_;
   uint32_t ack_told_ = 0;  // the acknowledgement we last sent
-  bool ack_due_ = false;   // a duplicate or a gap arrived: the peer needs our position again
+  // An acknowledgement was owed at the previous progress(): what we read is acknowledged
+  // by a pure ack only if no data of ours has carried it by the next progress(), so a call
+  // costs two datagrams, not four.
+  bool ack_owed_ = false;
+  bool ack_due_ = false;  // a duplicate or a gap arrived: the peer needs our position again
   bool peer_closed_ = false;
   bool shut_ = false;
   std::error_code ended_;
