@@ -569,8 +569,8 @@ TEST_P(KvToolTwoHosts, RpcAndOneSidedAcrossNamespaces) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, KvToolTwoHosts, ::testing::Values("tcp", "rc", "ud"),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           return info.param;
+                         [](const ::testing::TestParamInfo<std::string>& scheme) {
+                           return scheme.param;
                          });
 
 TEST(KvToolErrors, RefusesMoreKeysThanTheServerHolds) {
