@@ -1,5 +1,9 @@
 # The system's verbs headers and libraries. rdmakit and the tests build against these;
-# softrdma replaces the libraries at run time (LD_LIBRARY_PATH), never at link time.
+# softrdma replaces the libraries at run time (LD_LIBRARY_PATH), never at link time. Also
+# installed with the CMake package, whose targets link verbs::ibverbs and verbs::rdmacm.
+if(TARGET verbs::ibverbs)
+  return()
+endif()
 find_path(VERBS_INCLUDE_DIR infiniband/verbs.h REQUIRED)
 find_library(SYSTEM_IBVERBS NAMES libibverbs.so.1 ibverbs REQUIRED)
 find_library(SYSTEM_RDMACM NAMES librdmacm.so.1 rdmacm REQUIRED)

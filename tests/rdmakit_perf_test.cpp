@@ -279,4 +279,20 @@ TEST(Devices, JsonHasPortsGidsAndTheChoice) {
   EXPECT_THAT(port["chosen_gid"]["summary"].get<std::string>(), HasSubstr("softrdma0 port 1"));
 }
 
+// Without softrdma (and without a NIC) the tools say how to get a device, in one line.
+TEST(Devices, WithoutADeviceTheToolsPointToSoftrdmaRun) {
+  const std::vector<std::string> bare{"env", "-u", "LD_LIBRARY_PATH", RDMAKIT_TOOL};
+  const Exit listed = rdmakit::testing::run(rdmakit::testing::with_args(bare, "devices"), 30s);
+  ASSERT_TRUE(listed.ok()) << listed.describe();
+  if (listed.output.find("no RDMA device found") == std::string::npos)
+    GTEST_SKIP() << "this machine has an RDMA device of its own:\n" << listed.output;
+  EXPECT_THAT(listed.output, HasSubstr("run it under softrdma-run to use the software device"));
+  const Exit perf =
+      rdmakit::testing::run(rdmakit::testing::with_args(bare, "perf write_bw -p 1 127.0.0.1"), 30s);
+  EXPECT_FALSE(perf.ok());
+  EXPECT_THAT(
+      perf.output,
+      HasSubstr("no RDMA device found; run it under softrdma-run to use the software device"));
+}
+
 }  // namespace

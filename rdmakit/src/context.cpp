@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "device_list.hpp"
 #include "rdmakit/error.hpp"
 
 namespace rdmakit {
@@ -18,10 +19,6 @@ struct Context::State {
 };
 
 namespace {
-
-struct DeviceListDeleter {
-  void operator()(ibv_device** list) const { ibv_free_device_list(list); }
-};
 
 // RDMAKIT_DEVICE is "name" or "name:port".
 void apply_environment(OpenOptions& options) {
@@ -63,12 +60,9 @@ std::shared_ptr<Context::State> make_state(std::shared_ptr<ibv_context> handle, 
 Context Context::open(const OpenOptions& requested) {
   OpenOptions options = requested;
   apply_environment(options);
-  int count = 0;
-  std::unique_ptr<ibv_device*, DeviceListDeleter> list(ibv_get_device_list(&count));
-  if (!list) throw_verbs_error("ibv_get_device_list", errno, "the verbs library");
+  const detail::DeviceList list;
   std::string tried;
-  for (int i = 0; i < count; ++i) {
-    ibv_device* device = list.get()[i];
+  for (ibv_device* device : list.devices()) {
     const char* name = ibv_get_device_name(device);
     if (!options.device.empty() && options.device != name) continue;
     ibv_context* raw = ibv_open_device(device);
@@ -83,7 +77,7 @@ Context Context::open(const OpenOptions& requested) {
   }
   if (!options.device.empty())
     throw Error(verbs_error(ENODEV), "no RDMA device named " + options.device);
-  throw Error(verbs_error(ENODEV), tried.empty() ? std::string("no RDMA device found")
+  throw Error(verbs_error(ENODEV), tried.empty() ? std::string(kNoDeviceHint)
                                                  : "no device with an active port (" + tried + ")");
 }
 

@@ -7,14 +7,11 @@
 #include <cstring>
 #include <memory>
 
+#include "device_list.hpp"
 #include "rdmakit/error.hpp"
 
 namespace rdmakit {
 namespace {
-
-struct DeviceListDeleter {
-  void operator()(ibv_device** list) const { ibv_free_device_list(list); }
-};
 
 struct ContextCloser {
   void operator()(ibv_context* c) const { ibv_close_device(c); }
@@ -122,11 +119,9 @@ PortInfo query_port(ibv_context* context, uint8_t port) {
 }
 
 std::vector<DeviceInfo> list_devices() {
-  int count = 0;
-  std::unique_ptr<ibv_device*, DeviceListDeleter> list(ibv_get_device_list(&count));
-  if (!list) throw_verbs_error("ibv_get_device_list", errno, "the verbs library");
+  const detail::DeviceList list;
   std::vector<DeviceInfo> devices;
-  for (int i = 0; i < count; ++i) devices.push_back(describe(list.get()[i]));
+  for (ibv_device* device : list.devices()) devices.push_back(describe(device));
   return devices;
 }
 

@@ -102,7 +102,7 @@ void print_json(const std::vector<DeviceInfo>& devices) {
 }
 
 void print_text(const std::vector<DeviceInfo>& devices) {
-  if (devices.empty()) std::printf("no RDMA devices\n");
+  if (devices.empty()) std::printf("%s\n", kNoDeviceHint);
   for (const DeviceInfo& d : devices) {
     std::printf("%s: node GUID %s, vendor 0x%x part %u, max QPs %d, max QP WRs %d, atomics %s\n",
                 d.name.c_str(), hex(be64toh(d.node_guid)).c_str(), d.vendor_id, d.vendor_part_id,

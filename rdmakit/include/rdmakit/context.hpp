@@ -12,6 +12,10 @@
 
 namespace rdmakit {
 
+/// What Context::open says (and the tools print) when the system lists no RDMA device at all.
+inline constexpr const char* kNoDeviceHint =
+    "no RDMA device found; run it under softrdma-run to use the software device";
+
 struct OpenOptions {
   // Device name; empty means RDMAKIT_DEVICE ("name" or "name:port") or else the first device
   // with an active port.
