@@ -87,10 +87,18 @@ rpc() {  # rpc TITLE URL ARGS...: rdmakit rpc-bench with its server on a thread 
   local title=$1 url=$2; shift 2
   echo
   echo "=== RPC $title over $url ==="
-  timeout 60 build/tools/rdmakit rpc-bench "$url" --local "$@" | grep -E "^ *#bytes|^ *[0-9]"
+  timeout 60 build/softrdma-run build/tools/rdmakit rpc-bench "$url" --local "$@" |
+    grep -E "^ *#bytes|^ *[0-9]"
 }
-for url in inproc://demo "shm://rdmakit-demo-$$" tcp://127.0.0.1:0; do
+# rc:// and ud:// run on softrdma's device (any RDMA NIC would do).
+for url in inproc://demo "shm://rdmakit-demo-$$" tcp://127.0.0.1:0 rc://127.0.0.1:0 ud://127.0.0.1:0; do
   rpc "round trip, one call in flight" "$url" -t latency -D 1
   rpc "rate, 32 calls in flight" "$url" -t rate -q 32 -D 1
 done
 rpc "bandwidth, 1 MiB requests" "shm://rdmakit-demo-$$" -t bandwidth -q 4 -D 1
+rpc "bandwidth, 1 MiB requests pulled by RDMA READ" rc://127.0.0.1:0 -t bandwidth -q 4 -D 1
+
+echo
+echo "=== rdmakit kv: GET/PUT/DELETE over rc://, 95 % GETs, every value checked ==="
+timeout 60 build/softrdma-run build/tools/rdmakit kv rc://127.0.0.1:0 --local --keys 10000 -q 16 -D 1 |
+  grep -E "keys|^ *#ops|^ *[0-9]"
