@@ -279,6 +279,28 @@ TEST(Devices, JsonHasPortsGidsAndTheChoice) {
   EXPECT_THAT(port["chosen_gid"]["summary"].get<std::string>(), HasSubstr("softrdma0 port 1"));
 }
 
+// A run of several sizes shows which one it is at on a terminal (here a pseudo-terminal made
+// by script(1)), and nothing of it when its output goes to a file or a pipe.
+TEST(PerfProgress, ShownOnATerminalOnly) {
+  const std::string port = std::to_string(rdmakit::testing::free_tcp_port());
+  rdmakit::testing::Process server(tool("perf write_lat -a -n 200 -p " + port));
+  ASSERT_TRUE(rdmakit::testing::wait_listening(std::stoi(port), 10s));
+  std::string client;
+  for (const std::string& w : tool("perf write_lat -a -n 200 -p " + port + " 127.0.0.1"))
+    client += w + " ";
+  const Exit on_terminal = rdmakit::testing::run({"script", "-qfec", client, "/dev/null"}, 120s);
+  ASSERT_TRUE(on_terminal.ok()) << on_terminal.describe();
+  // -a: 23 sizes, 2 B to 8 MiB.
+  EXPECT_THAT(on_terminal.output, HasSubstr("rdmakit perf write_lat: 1/23 2 B, "));
+  EXPECT_THAT(on_terminal.output, HasSubstr("rdmakit perf write_lat: 23/23 8388608 B, "));
+  EXPECT_TRUE(server.wait(30s).ok());
+
+  const Pair piped = run_perf("write_lat -a -n 200");
+  ASSERT_TRUE(piped.client.ok()) << piped.client.describe();
+  EXPECT_THAT(piped.client.output, ::testing::Not(HasSubstr("rdmakit perf write_lat: ")));
+  EXPECT_EQ(piped.client.output.find('\r'), std::string::npos);
+}
+
 // Without softrdma (and without a NIC) the tools say how to get a device, in one line.
 TEST(Devices, WithoutADeviceTheToolsPointToSoftrdmaRun) {
   const std::vector<std::string> bare{"env", "-u", "LD_LIBRARY_PATH", RDMAKIT_TOOL};

@@ -3,6 +3,7 @@
 // measure, combine what they measured and send it back in DONE.
 #include <algorithm>
 #include <array>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -10,6 +11,7 @@
 #include "perf.hpp"
 #include "perf_engine.hpp"
 #include "perf_report.hpp"
+#include "progress.hpp"
 #include "rendezvous.hpp"
 
 namespace rdmakit::tool {
@@ -74,11 +76,13 @@ void run_server(const PerfOptions& o, Report& report) {
 // One client thread: its QPs through every size.
 void run_client_thread(const PerfOptions& o, Worker& w, Rendezvous& meet,
                        std::vector<Measurement>& measured, size_t t, SizeResult& combined,
-                       Report& report) {
+                       Report& report, Progress& progress) {
   const std::unique_ptr<Engine> engine = make_engine(w, o);
   std::array<std::byte, kControlBytes> done{};
   const std::vector<uint64_t> sizes = o.sizes();
-  for (const uint64_t size : sizes) {
+  for (size_t step = 0; step < sizes.size(); ++step) {
+    const uint64_t size = sizes[step];
+    if (t == 0) progress.step(step, std::to_string(size) + " B");
     engine->wait_for_messages("the server's GO message");
     for (Peer& p : w.peers) {
       if (decode_go(*p.message) != size)
@@ -92,7 +96,7 @@ void run_client_thread(const PerfOptions& o, Worker& w, Rendezvous& meet,
     meet.arrive(
         [&] {
           combined = summarize(o, size, measured);
-          report.row(combined);
+          progress.print_above([&] { report.row(combined); });
         },
         o.timeout());
     if (size == sizes.back()) engine->expect_close();
@@ -104,13 +108,16 @@ void run_client(const PerfOptions& o, Report& report) {
   std::vector<Worker> workers = connect_peers(o);
   report.header(workers);
   Rendezvous meet(workers.size());
+  // Gone (its line erased) before the footer or an error is printed.
+  auto progress = std::make_unique<Progress>(std::string("rdmakit perf ") + o.test_info().name,
+                                             o.sizes().size());
   std::vector<Measurement> measured(workers.size());
   SizeResult combined;
   std::mutex mutex;
   std::string first_error;
   auto body = [&](size_t t) {
     try {
-      run_client_thread(o, workers[t], meet, measured, t, combined, report);
+      run_client_thread(o, workers[t], meet, measured, t, combined, report, *progress);
     } catch (const std::exception& e) {
       {
         std::lock_guard lock(mutex);
@@ -124,6 +131,7 @@ void run_client(const PerfOptions& o, Report& report) {
   for (size_t t = 1; t < workers.size(); ++t) threads.emplace_back(body, t);
   body(0);
   for (std::thread& t : threads) t.join();
+  progress.reset();
   if (!first_error.empty()) throw PerfError(first_error);
   report.footer();
 }
