@@ -3,7 +3,7 @@
 #   include/rdmakit/        the public headers
 #   lib/softrdma/           softrdma's drop-in libibverbs.so.1 and librdmacm.so.1, never over
 #                           the system's rdma-core: softrdma-run puts them first on the path
-#   bin/                    rdmakit, softrdma-run (finds lib/softrdma from its own location,
+#   bin/                    rdmakit, rdmakit-plot, softrdma-run (finds lib/softrdma from its own location,
 #                           so an installed tree can be moved)
 #   lib/cmake/rdmakit/      find_package(rdmakit): rdmakit::rdmakit, rdmakit::rpc (shared),
 #                           rdmakit::rdmakit_static, rdmakit::rpc_static
@@ -23,6 +23,7 @@ configure_file(${PROJECT_SOURCE_DIR}/tools/softrdma-run.in
 install(PROGRAMS ${PROJECT_BINARY_DIR}/for-install/softrdma-run
         DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(TARGETS rdmakit_tool RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(PROGRAMS ${PROJECT_SOURCE_DIR}/tools/rdmakit-plot DESTINATION ${CMAKE_INSTALL_BINDIR})
 
 set(RDMAKIT_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/rdmakit)
 install(EXPORT rdmakit-targets NAMESPACE rdmakit:: DESTINATION ${RDMAKIT_CMAKE_DIR})
