@@ -31,7 +31,7 @@ class AsioPoller {
         timer_(io) {
     RDMAKIT_REQUIRE(poller.channel_fd() >= 0,
                     "AsioPoller needs a Poller built with its CQ's completion channel");
-    channel_.non_blocking(true);  // take_channel_event must never block the io_context
+    channel_.non_blocking(true);  ///< take_channel_event must never block the io_context
     poller_.on_pending(&AsioPoller::pending, this);
     asio::post(io_, [this] { round(); });
   }
@@ -39,17 +39,17 @@ class AsioPoller {
   AsioPoller& operator=(const AsioPoller&) = delete;
   ~AsioPoller() {
     poller_.on_pending(nullptr, nullptr);
-    // The fds belong to the verbs library and the Poller.
+    /// The fds belong to the verbs library and the Poller.
     channel_.release();
     wake_.release();
   }
 
  private:
-  // Handles what is there and goes back to waiting on both fds (and on a timer while
-  // operations have deadlines).
+  /// Handles what is there and goes back to waiting on both fds (and on a timer while
+  /// operations have deadlines).
   void round() {
     scheduled_ = false;
-    if (!poller_.poll_and_arm()) {  // still busy: let other handlers run, then continue
+    if (!poller_.poll_and_arm()) {  ///< still busy: let other handlers run, then continue
       schedule();
       return;
     }

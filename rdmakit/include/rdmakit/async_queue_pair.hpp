@@ -24,14 +24,14 @@ namespace rdmakit {
 
 class Poller;
 
-// What a receive delivered.
+/// What a receive delivered.
 struct Received {
   std::error_code error;
   uint32_t byte_len = 0;
-  std::optional<uint32_t> imm;  // for SEND_WITH_IMM and RDMA_WRITE_WITH_IMM
+  std::optional<uint32_t> imm;  ///< for SEND_WITH_IMM and RDMA_WRITE_WITH_IMM
 };
 
-// What an atomic returned: the remote value before the operation.
+/// What an atomic returned: the remote value before the operation.
 struct AtomicResult {
   std::error_code error;
   uint64_t old_value = 0;
@@ -42,8 +42,8 @@ class AsyncQueuePair {
   template <typename Op, typename Result>
   class Awaiter : public Op {
    public:
-    // `fill` sets up the work request of this very object (its address is final: awaiters
-    // are neither copied nor moved).
+    /// `fill` sets up the work request of this very object (its address is final: awaiters
+    /// are neither copied nor moved).
     template <typename Fill>
     Awaiter(AsyncQueuePair* owner, OpOptions& options, Fill&& fill) noexcept {
       this->qp = owner;
@@ -65,12 +65,12 @@ class AsyncQueuePair {
   using AtomicAwaiter = Awaiter<detail::SendOperation, AtomicResult>;
   using RecvAwaiter = Awaiter<detail::RecvOperation, Received>;
 
-  // `qp` must be connected (RC) or activated (UD), its send and receive completions must go
-  // to `poller`'s CQ, and both must outlive this object.
+  /// `qp` must be connected (RC) or activated (UD), its send and receive completions must go
+  /// to `poller`'s CQ, and both must outlive this object.
   AsyncQueuePair(Poller& poller, QueuePair& qp);
   AsyncQueuePair(const AsyncQueuePair&) = delete;
   AsyncQueuePair& operator=(const AsyncQueuePair&) = delete;
-  // Destroying it with operations in flight is a programming error.
+  /// Destroying it with operations in flight is a programming error.
   ~AsyncQueuePair();
 
   SendAwaiter write(LocalBuffer local, RemoteBuffer remote, OpOptions options = {}) noexcept;
@@ -79,29 +79,29 @@ class AsyncQueuePair {
   SendAwaiter send_with_imm(LocalBuffer local, uint32_t imm, OpOptions options = {}) noexcept;
   SendAwaiter write_with_imm(LocalBuffer local, RemoteBuffer remote, uint32_t imm,
                              OpOptions options = {}) noexcept;
-  // 8-byte atomics; the previous remote value lands in `result` (8 bytes) and is returned.
+  /// 8-byte atomics; the previous remote value lands in `result` (8 bytes) and is returned.
   AtomicAwaiter compare_swap(LocalBuffer result, RemoteBuffer target, uint64_t expected,
                              uint64_t desired, OpOptions options = {}) noexcept;
   AtomicAwaiter fetch_add(LocalBuffer result, RemoteBuffer target, uint64_t add,
                           OpOptions options = {}) noexcept;
-  // A work request filled by the caller (any opcode, UD address included). Its scatter list
-  // must stay valid until the awaiter completes; wr_id, next and IBV_SEND_SIGNALED are ours.
+  /// A work request filled by the caller (any opcode, UD address included). Its scatter list
+  /// must stay valid until the awaiter completes; wr_id, next and IBV_SEND_SIGNALED are ours.
   SendAwaiter post(const ibv_send_wr& wr, OpOptions options = {}) noexcept;
 
   RecvAwaiter recv(LocalBuffer local, OpOptions options = {}) noexcept;
-  // A receive without buffer, for the immediate of an RDMA_WRITE_WITH_IMM.
+  /// A receive without buffer, for the immediate of an RDMA_WRITE_WITH_IMM.
   RecvAwaiter recv_imm(OpOptions options = {}) noexcept;
 
   QueuePair& queue_pair() const noexcept { return qp_; }
-  // Operations submitted and not yet completed (pending or posted).
+  /// Operations submitted and not yet completed (pending or posted).
   uint32_t in_flight() const noexcept { return in_flight_; }
-  // True once the QP went to ERROR (a failed or abandoned operation, a lost peer).
+  /// True once the QP went to ERROR (a failed or abandoned operation, a lost peer).
   bool failed() const noexcept { return failed_; }
 
  private:
   friend class Poller;
   friend struct detail::Operation;
-  // Intrusive FIFO through Operation::next (inline: it is on every operation's path).
+  /// Intrusive FIFO through Operation::next (inline: it is on every operation's path).
   struct List {
     detail::Operation* head = nullptr;
     detail::Operation* tail = nullptr;
@@ -122,11 +122,11 @@ class AsyncQueuePair {
   void init(detail::RecvOperation& op) noexcept;
   void set_local(detail::SendOperation& op, LocalBuffer local) const noexcept;
   void submit(detail::Operation* op) noexcept;
-  // Posts what is pending and fits; returns work requests posted.
+  /// Posts what is pending and fits; returns work requests posted.
   unsigned flush() noexcept;
   unsigned flush_sends() noexcept;
   unsigned flush_recvs() noexcept;
-  // Cancellation and timeouts: finishes pending ones, abandons posted ones.
+  /// Cancellation and timeouts: finishes pending ones, abandons posted ones.
   void sweep(detail::Operation::Steady::time_point now) noexcept;
   void abandon_posted(detail::Operation* op, Errc reason) noexcept;
   void fail_qp() noexcept;
@@ -143,9 +143,9 @@ class AsyncQueuePair {
   uint32_t recv_room_;
   uint32_t signal_interval_;
   uint32_t in_flight_ = 0;
-  uint32_t timed_ = 0;  // operations with a deadline or a stop token
+  uint32_t timed_ = 0;  ///< operations with a deadline or a stop token
   bool failed_ = false;
-  bool dirty_ = false;  // in the poller's list of QPs with pending operations
+  bool dirty_ = false;  ///< in the poller's list of QPs with pending operations
   AsyncQueuePair* next_dirty_ = nullptr;
   AsyncQueuePair* next_attached_ = nullptr;
   AsyncQueuePair* prev_attached_ = nullptr;

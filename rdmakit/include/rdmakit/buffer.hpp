@@ -33,7 +33,7 @@ class LocalBuffer {
   uint32_t lkey() const noexcept { return lkey_; }
   bool empty() const noexcept { return size_ == 0; }
   std::span<std::byte> bytes() const noexcept { return {data_, size_}; }
-  // The slice as an array of T (size must be a multiple of sizeof(T)).
+  /// The slice as an array of T (size must be a multiple of sizeof(T)).
   template <typename T>
   std::span<T> as() const noexcept {
     RDMAKIT_REQUIRE(size_ % sizeof(T) == 0, "LocalBuffer::as<T>() on a size not a multiple of T");
@@ -69,7 +69,7 @@ class LocalBuffer {
 
 class RemoteBuffer {
  public:
-  // Bytes of the wire form (address, length, rkey, and the grant expiry if any).
+  /// Bytes of the wire form (address, length, rkey, and the grant expiry if any).
   static constexpr size_t kWireSize = 28;
 
   RemoteBuffer() = default;
@@ -80,7 +80,7 @@ class RemoteBuffer {
   uint64_t size() const noexcept { return size_; }
   uint32_t rkey() const noexcept { return rkey_; }
   bool empty() const noexcept { return size_ == 0; }
-  // Time since the epoch (system_clock, ms) after which the owner revokes access; 0: never.
+  /// Time since the epoch (system_clock, ms) after which the owner revokes access; 0: never.
   uint64_t expires_at_ms() const noexcept { return expires_at_ms_; }
 
   RemoteBuffer subspan(uint64_t offset, uint64_t count) const noexcept {
@@ -100,7 +100,7 @@ class RemoteBuffer {
     return {first(at), subspan(at)};
   }
 
-  // Little-endian wire form, for sending to the peer that will access it.
+  /// Little-endian wire form, for sending to the peer that will access it.
   void encode(std::span<std::byte, kWireSize> out) const noexcept;
   static RemoteBuffer decode(std::span<const std::byte, kWireSize> in) noexcept;
 

@@ -17,7 +17,7 @@ namespace rdmakit {
 
 class CmAcceptor : public detail::LastFailure {
  public:
-  // Listens on address:port (port 0: ephemeral). Throws Error.
+  /// Listens on address:port (port 0: ephemeral). Throws Error.
   CmAcceptor(std::shared_ptr<Resources> resources, const std::string& address = "0.0.0.0",
              uint16_t port = 0, ConnectionOptions options = {});
   CmAcceptor(const CmAcceptor&) = delete;
@@ -25,11 +25,11 @@ class CmAcceptor : public detail::LastFailure {
   ~CmAcceptor();
 
   uint16_t port() const noexcept { return port_; }
-  // The CM event channel's fd: readable when a client is waiting (for event loops).
+  /// The CM event channel's fd: readable when a client is waiting (for event loops).
   int fd() const noexcept;
 
-  // Waits for a connection request and completes it (bounded by options.timeout once the
-  // request is there). Throws Error with the explanation.
+  /// Waits for a connection request and completes it (bounded by options.timeout once the
+  /// request is there). Throws Error with the explanation.
   Connection accept();
   Connection accept(std::error_code& ec);
   Connection accept_for(std::chrono::milliseconds wait, std::error_code& ec);
@@ -44,8 +44,8 @@ class CmAcceptor : public detail::LastFailure {
   rdma_event_channel* channel_ = nullptr;
   rdma_cm_id* listener_ = nullptr;
   uint16_t port_ = 0;
-  std::mutex accept_mutex_;  // one accept at a time: they share the listener's event channel
-  std::deque<rdma_cm_event*> waiting_;  // requests that arrived while another was served
+  std::mutex accept_mutex_;  ///< one accept at a time: they share the listener's event channel
+  std::deque<rdma_cm_event*> waiting_;  ///< requests that arrived while another was served
 };
 
 class CmConnector : public detail::LastFailure {

@@ -32,20 +32,20 @@ namespace rdmakit {
 struct ResourceOptions {
   OpenOptions device;
   int cq_depth = 4096;
-  // Create the CQ with a completion channel (for Poller::wait and Asio).
+  /// Create the CQ with a completion channel (for Poller::wait and Asio).
   bool completion_channel = false;
-  // Use the device context RDMA CM hands out (required by CmConnector/CmAcceptor).
+  /// Use the device context RDMA CM hands out (required by CmConnector/CmAcceptor).
   bool for_rdma_cm = false;
 };
 
-// What connections share. Always held through shared_ptr: every Connection keeps it alive.
+/// What connections share. Always held through shared_ptr: every Connection keeps it alive.
 class Resources {
  public:
   static std::shared_ptr<Resources> open(const ResourceOptions& options = {});
 
   Context context;
   ProtectionDomain pd;
-  std::unique_ptr<CompletionChannel> channel;  // null unless asked for
+  std::unique_ptr<CompletionChannel> channel;  ///< null unless asked for
   CompletionQueue cq;
   bool for_rdma_cm;
 
@@ -57,16 +57,16 @@ class Resources {
 };
 
 struct ConnectionOptions {
-  // QP sizes and timers; clamped to the device (QpBuilder).
+  /// QP sizes and timers; clamped to the device (QpBuilder).
   QpCaps caps;
   QpTimers timers;
-  // Sent to the peer during the handshake (TCP: up to 64 KiB; RDMA CM: private data limits,
-  // kCmConnectUserData when connecting, kCmAcceptUserData when accepting).
+  /// Sent to the peer during the handshake (TCP: up to 64 KiB; RDMA CM: private data limits,
+  /// kCmConnectUserData when connecting, kCmAcceptUserData when accepting).
   std::vector<std::byte> user_data;
-  // Bound on each step (TCP connect, address and route resolution, handshake).
+  /// Bound on each step (TCP connect, address and route resolution, handshake).
   std::chrono::milliseconds timeout{5000};
-  // Attach the QP to this shared receive queue (its receives are posted there, not on the
-  // QP): many connections then share one pool of receive buffers.
+  /// Attach the QP to this shared receive queue (its receives are posted there, not on the
+  /// QP): many connections then share one pool of receive buffers.
   std::shared_ptr<SharedReceiveQueue> srq;
 };
 
@@ -86,10 +86,10 @@ class Connection {
   const Negotiated& negotiated() const noexcept { return negotiated_; }
   const HandshakeOffer& peer() const noexcept { return peer_; }
   const std::vector<std::byte>& peer_data() const noexcept { return peer_.user_data; }
-  // "RC QP 0x12 <-> 0x34, MTU 4096, rd_atomic 16, inline 64, via tcp 10.0.0.2:7471".
+  /// "RC QP 0x12 <-> 0x34, MTU 4096, rd_atomic 16, inline 64, via tcp 10.0.0.2:7471".
   std::string summary() const;
 
-  // Internal: assembled by the back ends.
+  /// Internal: assembled by the back ends.
   Connection(std::shared_ptr<Resources> resources, QueuePair qp, HandshakeOffer peer,
              Negotiated negotiated, std::string via, rdma_cm_id* cm_id = nullptr,
              rdma_event_channel* cm_channel = nullptr);
@@ -97,7 +97,7 @@ class Connection {
  private:
   void release() noexcept;
   std::shared_ptr<Resources> resources_;
-  // RDMA CM back end: the id is disconnected and destroyed after the QP, then its channel.
+  /// RDMA CM back end: the id is disconnected and destroyed after the QP, then its channel.
   rdma_cm_id* cm_id_ = nullptr;
   rdma_event_channel* cm_channel_ = nullptr;
   QueuePair qp_;
@@ -106,7 +106,7 @@ class Connection {
   std::string via_;
 };
 
-// The common interface of both back ends.
+/// The common interface of both back ends.
 template <typename T>
 concept Acceptor = requires(T acceptor, std::error_code& ec) {
   { acceptor.accept() } -> std::same_as<Connection>;
@@ -123,11 +123,11 @@ concept Connector = requires(T connector, const std::string& host, uint16_t port
 
 namespace detail {
 
-// The last failure of an acceptor or connector, in words (what explanation() returns), and
-// the throwing form of their error_code calls.
+/// The last failure of an acceptor or connector, in words (what explanation() returns), and
+/// the throwing form of their error_code calls.
 class LastFailure {
  public:
-  // Why the last failed accept or connect failed ("" after a success).
+  /// Why the last failed accept or connect failed ("" after a success).
   std::string explanation() const {
     std::lock_guard lock(mutex_);
     return why_;
@@ -138,7 +138,7 @@ class LastFailure {
     std::lock_guard lock(mutex_);
     why_ = std::move(why);
   }
-  // Runs attempt(ec); throws Error "<context>: <explanation>" if it failed.
+  /// Runs attempt(ec); throws Error "<context>: <explanation>" if it failed.
   template <typename Attempt>
   Connection or_throw(Attempt&& attempt, const std::string& context) {
     std::error_code ec;
@@ -152,7 +152,7 @@ class LastFailure {
   std::string why_;
 };
 
-// This side's offer for `qp`, from the resources and options.
+/// This side's offer for `qp`, from the resources and options.
 HandshakeOffer make_offer(const Resources& resources, const QueuePair& qp,
                           const ConnectionOptions& options);
 QpBuilder builder_for(const Resources& resources, const ConnectionOptions& options);

@@ -17,20 +17,20 @@ inline constexpr const char* kNoDeviceHint =
     "no RDMA device found; run it under softrdma-run to use the software device";
 
 struct OpenOptions {
-  // Device name; empty means RDMAKIT_DEVICE ("name" or "name:port") or else the first device
-  // with an active port.
+  /// Device name; empty means RDMAKIT_DEVICE ("name" or "name:port") or else the first device
+  /// with an active port.
   std::string device;
-  // Port number; 0 means the one named in RDMAKIT_DEVICE or else the first active port.
+  /// Port number; 0 means the one named in RDMAKIT_DEVICE or else the first active port.
   uint8_t port = 0;
-  // GID index; unset means RDMAKIT_GID_INDEX or else the automatic choice (select_gid).
+  /// GID index; unset means RDMAKIT_GID_INDEX or else the automatic choice (select_gid).
   std::optional<int> gid_index;
 };
 
 class Context {
  public:
-  // Opens a device. Throws Error naming the device when none matches or it cannot be opened.
+  /// Opens a device. Throws Error naming the device when none matches or it cannot be opened.
   static Context open(const OpenOptions& options = {});
-  // Wraps a context that someone else owns (e.g. the one RDMA CM hands out).
+  /// Wraps a context that someone else owns (e.g. the one RDMA CM hands out).
   static Context borrow(ibv_context* context, uint8_t port, std::optional<int> gid_index = {});
 
   Context(const Context&) = delete;
@@ -45,11 +45,11 @@ class Context {
   const ibv_device_attr& attributes() const;
   const PortInfo& port_info() const;
 
-  // Shared ownership used by the objects created on this context: the device is closed only
-  // when the last of them is gone, whatever order the user destroys them in.
+  /// Shared ownership used by the objects created on this context: the device is closed only
+  /// when the last of them is gone, whatever order the user destroys them in.
   const std::shared_ptr<ibv_context>& handle() const;
 
-  struct State;  // private to context.cpp
+  struct State;  ///< private to context.cpp
 
  private:
   explicit Context(std::shared_ptr<State> state) : state_(std::move(state)) {}

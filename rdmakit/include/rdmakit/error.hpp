@@ -15,9 +15,9 @@
 
 namespace rdmakit {
 
-// errno values returned by verbs and RDMA CM calls. Compares equal to std::errc values.
+/// errno values returned by verbs and RDMA CM calls. Compares equal to std::errc values.
 const std::error_category& verbs_category() noexcept;
-// ibv_wc_status values of failed work completions ("remote access error", ...).
+/// ibv_wc_status values of failed work completions ("remote access error", ...).
 const std::error_category& completion_category() noexcept;
 
 inline std::error_code verbs_error(int err) noexcept {
@@ -27,35 +27,35 @@ inline std::error_code completion_error(ibv_wc_status status) noexcept {
   return {static_cast<int>(status), completion_category()};
 }
 
-// Failures of rdmakit's own protocols and operations.
+/// Failures of rdmakit's own protocols and operations.
 enum class Errc {
-  timed_out = 1,        // an operation or a connection step took longer than allowed
-  canceled,             // a stop_token asked for it
-  peer_closed,          // the peer closed the connection or died
-  handshake_malformed,  // the peer's handshake message is not one of ours
-  handshake_version,    // the peer speaks another handshake version
-  handshake_mismatch,   // GID type or subnet differ: the QPs could never reach each other
-  rejected,             // the peer refused the connection
-  budget_exhausted,     // a registered-memory budget has no room left
-  grant_too_wide,       // a grant asks for rights the owner does not allow
+  timed_out = 1,        ///< an operation or a connection step took longer than allowed
+  canceled,             ///< a stop_token asked for it
+  peer_closed,          ///< the peer closed the connection or died
+  handshake_malformed,  ///< the peer's handshake message is not one of ours
+  handshake_version,    ///< the peer speaks another handshake version
+  handshake_mismatch,   ///< GID type or subnet differ: the QPs could never reach each other
+  rejected,             ///< the peer refused the connection
+  budget_exhausted,     ///< a registered-memory budget has no room left
+  grant_too_wide,       ///< a grant asks for rights the owner does not allow
 };
 const std::error_category& rdmakit_category() noexcept;
 inline std::error_code make_error_code(Errc e) noexcept {
   return {static_cast<int>(e), rdmakit_category()};
 }
 
-// A runtime error of a throwing call: what() names the verb, the object and the cause.
+/// A runtime error of a throwing call: what() names the verb, the object and the cause.
 class Error : public std::system_error {
  public:
   Error(std::error_code code, const std::string& what) : std::system_error(code, what) {}
 };
 
-// Throws Error "<verb> on <object>: <strerror(err)>".
+/// Throws Error "<verb> on <object>: <strerror(err)>".
 [[noreturn]] void throw_verbs_error(std::string_view verb, int err, std::string_view object);
-// Throws Error for `code` with a message "<context>: <code.message()>".
+/// Throws Error for `code` with a message "<context>: <code.message()>".
 [[noreturn]] void throw_error(std::error_code code, std::string_view context);
 
-// Prints "rdmakit: programming error: <message>" and aborts.
+/// Prints "rdmakit: programming error: <message>" and aborts.
 [[noreturn]] void programming_error(std::string_view message) noexcept;
 
 }  // namespace rdmakit

@@ -21,9 +21,9 @@
 namespace rdmakit {
 
 struct Grant {
-  uint64_t id = 0;  // for GrantTable::revoke; never 0 for a real grant
-  // What to send to the peer (RemoteBuffer::encode): address, size, the grant's rkey and
-  // expires_at_ms, the system_clock millisecond at which the grant is revoked.
+  uint64_t id = 0;  ///< for GrantTable::revoke; never 0 for a real grant
+  /// What to send to the peer (RemoteBuffer::encode): address, size, the grant's rkey and
+  /// expires_at_ms, the system_clock millisecond at which the grant is revoked.
   RemoteBuffer remote;
   Access rights = Access::none;
 };
@@ -36,32 +36,32 @@ class GrantTable {
  public:
   using Clock = std::chrono::system_clock;
 
-  // Grants may give at most `max_remote_access` (remote_read, remote_write, remote_atomic).
-  // `pd` must outlive the table; it must be the PD of the QPs peers reach the memory through.
+  /// Grants may give at most `max_remote_access` (remote_read, remote_write, remote_atomic).
+  /// `pd` must outlive the table; it must be the PD of the QPs peers reach the memory through.
   GrantTable(const ProtectionDomain& pd, Access max_remote_access);
   GrantTable(const GrantTable&) = delete;
   GrantTable& operator=(const GrantTable&) = delete;
   GrantTable(GrantTable&&) noexcept;
   GrantTable& operator=(GrantTable&&) noexcept;
-  // Revokes every grant still active.
+  /// Revokes every grant still active.
   ~GrantTable();
 
-  // Grants `rights` (non-empty remote rights) over `range` for `ttl` (> 0). Throws Error:
-  // Errc::grant_too_wide when `rights` exceed max_remote_access, or the verbs error of
-  // registering the range.
+  /// Grants `rights` (non-empty remote rights) over `range` for `ttl` (> 0). Throws Error:
+  /// Errc::grant_too_wide when `rights` exceed max_remote_access, or the verbs error of
+  /// registering the range.
   Grant grant(const LocalBuffer& range, Access rights, std::chrono::milliseconds ttl);
   Grant grant(void* data, size_t size, Access rights, std::chrono::milliseconds ttl);
-  // As above; on failure `ec` is set and the result has id 0.
+  /// As above; on failure `ec` is set and the result has id 0.
   Grant grant(const LocalBuffer& range, Access rights, std::chrono::milliseconds ttl,
               std::error_code& ec);
   Grant grant(void* data, size_t size, Access rights, std::chrono::milliseconds ttl,
               std::error_code& ec);
 
-  // Revokes one grant now; false if it is not active (unknown, revoked or expired and revoked).
+  /// Revokes one grant now; false if it is not active (unknown, revoked or expired and revoked).
   bool revoke(uint64_t id);
-  // Revokes the grants whose expiry is at or before `now`; returns how many.
+  /// Revokes the grants whose expiry is at or before `now`; returns how many.
   size_t revoke_expired(Clock::time_point now = Clock::now());
-  // When the earliest active grant expires, if there is one.
+  /// When the earliest active grant expires, if there is one.
   std::optional<Clock::time_point> next_expiry() const;
   size_t active() const;
   Access max_remote_access() const;

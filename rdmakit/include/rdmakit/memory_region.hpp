@@ -11,14 +11,14 @@
 
 namespace rdmakit {
 
-// Access rights of a memory region (IBV_ACCESS_* bits).
+/// Access rights of a memory region (IBV_ACCESS_* bits).
 enum class Access : int {
   none = 0,
   local_write = IBV_ACCESS_LOCAL_WRITE,
   remote_write = IBV_ACCESS_REMOTE_WRITE,
   remote_read = IBV_ACCESS_REMOTE_READ,
   remote_atomic = IBV_ACCESS_REMOTE_ATOMIC,
-  // What a buffer that peers may read, write and use atomics on needs.
+  /// What a buffer that peers may read, write and use atomics on needs.
   all = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
         IBV_ACCESS_REMOTE_ATOMIC,
 };
@@ -28,7 +28,7 @@ constexpr Access operator|(Access a, Access b) noexcept {
 constexpr Access operator&(Access a, Access b) noexcept {
   return static_cast<Access>(static_cast<int>(a) & static_cast<int>(b));
 }
-// True if every right in `wanted` is also in `allowed`.
+/// True if every right in `wanted` is also in `allowed`.
 constexpr bool within(Access wanted, Access allowed) noexcept {
   return (static_cast<int>(wanted) & ~static_cast<int>(allowed)) == 0;
 }
@@ -38,7 +38,7 @@ class MemoryRegion;
 
 class ProtectionDomain {
  public:
-  // Throws Error on failure (ibv_alloc_pd).
+  /// Throws Error on failure (ibv_alloc_pd).
   explicit ProtectionDomain(const Context& context);
   ProtectionDomain(const ProtectionDomain&) = delete;
   ProtectionDomain& operator=(const ProtectionDomain&) = delete;
@@ -46,7 +46,7 @@ class ProtectionDomain {
   ProtectionDomain& operator=(ProtectionDomain&&) noexcept = default;
 
   ibv_pd* get() const;
-  // Registers [data, data + size). Throws Error naming the range on failure.
+  /// Registers [data, data + size). Throws Error naming the range on failure.
   MemoryRegion register_memory(void* data, size_t size, Access access) const;
   MemoryRegion register_memory(void* data, size_t size, Access access, std::error_code& ec) const;
 
@@ -73,7 +73,7 @@ class MemoryRegion {
   uint32_t rkey() const { return get()->rkey; }
   Access access() const noexcept { return access_; }
 
-  // The whole region as a local slice, and as the slice a peer addresses.
+  /// The whole region as a local slice, and as the slice a peer addresses.
   LocalBuffer local() const { return {data(), size(), lkey()}; }
   RemoteBuffer remote() const { return {reinterpret_cast<uintptr_t>(data()), size(), rkey()}; }
 
@@ -83,7 +83,7 @@ class MemoryRegion {
       : mr_(mr), access_(access), pd_(std::move(pd)) {}
   ibv_mr* mr_ = nullptr;
   Access access_ = Access::none;
-  std::shared_ptr<ibv_pd> pd_;  // keeps the PD alive while registered
+  std::shared_ptr<ibv_pd> pd_;  ///< keeps the PD alive while registered
 };
 
 }  // namespace rdmakit

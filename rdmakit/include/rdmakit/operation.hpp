@@ -20,14 +20,14 @@ namespace rdmakit {
 
 class AsyncQueuePair;
 
-// Per-operation options of the coroutine data path.
+/// Per-operation options of the coroutine data path.
 struct OpOptions {
-  // Zero: no timeout. A posted operation that times out moves its QP to ERROR (the device
-  // must stop touching the buffer before the awaiter completes) and ends with Errc::timed_out.
+  /// Zero: no timeout. A posted operation that times out moves its QP to ERROR (the device
+  /// must stop touching the buffer before the awaiter completes) and ends with Errc::timed_out.
   std::chrono::nanoseconds timeout{0};
-  // Cancellation; same rule as a timeout once the operation is posted, Errc::canceled. A
-  // pointer (copied when the operation starts) keeps OpOptions trivially destructible: GCC 12
-  // may destroy a non-trivial temporary of a co_await expression twice.
+  /// Cancellation; same rule as a timeout once the operation is posted, Errc::canceled. A
+  /// pointer (copied when the operation starts) keeps OpOptions trivially destructible: GCC 12
+  /// may destroy a non-trivial temporary of a co_await expression twice.
   const std::stop_token* stop = nullptr;
 };
 static_assert(std::is_trivially_destructible_v<OpOptions>);
@@ -40,14 +40,14 @@ struct Operation {
 
   void (*on_completion)(Operation* self, const ibv_wc& wc) noexcept = nullptr;
   AsyncQueuePair* qp = nullptr;
-  Operation* next = nullptr;  // in the QP's pending or in-flight list
+  Operation* next = nullptr;  ///< in the QP's pending or in-flight list
   std::coroutine_handle<> waiter;
   std::error_code result;
   uint32_t byte_len = 0;
   std::optional<uint32_t> imm;
   Steady::time_point deadline = kNoDeadline;
   std::atomic<bool> cancel_requested{false};
-  Errc abandoned{};  // set when the poller gave up on it (timed_out or canceled)
+  Errc abandoned{};  ///< set when the poller gave up on it (timed_out or canceled)
   std::chrono::nanoseconds timeout{0};
   std::stop_token stop;
 
@@ -59,15 +59,15 @@ struct Operation {
   std::optional<std::stop_callback<OnStop>> stop_callback;
 };
 
-// Work-request side of a send-queue operation.
+/// Work-request side of a send-queue operation.
 struct SendOperation : Operation {
-  // Filled field by field when the operation is built: zeroing the whole work request
-  // first would cost more than the rest of the operation's set-up.
+  /// Filled field by field when the operation is built: zeroing the whole work request
+  /// first would cost more than the rest of the operation's set-up.
   ibv_send_wr wr;
   ibv_sge sge;
 };
 
-// Work-request side of a receive.
+/// Work-request side of a receive.
 struct RecvOperation : Operation {
   ibv_recv_wr wr{};
   ibv_sge sge{};

@@ -21,18 +21,18 @@ namespace rdmakit {
 
 class PollQueuePair {
  public:
-  // `signal_interval`: every n-th request of a batch is signalled (and always the last); 0
-  // means a quarter of the send depth.
+  /// `signal_interval`: every n-th request of a batch is signalled (and always the last); 0
+  /// means a quarter of the send depth.
   explicit PollQueuePair(QueuePair& qp, uint32_t signal_interval = 0);
 
-  // Requests that may still be queued before the send queue is full.
+  /// Requests that may still be queued before the send queue is full.
   uint32_t room() const noexcept { return room_ - queued_; }
   uint32_t queued() const noexcept { return queued_; }
-  // Requests posted and not yet retired.
+  /// Requests posted and not yet retired.
   uint32_t outstanding() const noexcept { return depth_ - room_; }
 
-  // Queue one request; false (nothing queued) when there is no room. `wr_id` comes back in
-  // the completion if the request is signalled.
+  /// Queue one request; false (nothing queued) when there is no room. `wr_id` comes back in
+  /// the completion if the request is signalled.
   bool write(LocalBuffer local, RemoteBuffer remote, uint64_t wr_id = 0) noexcept;
   bool read(LocalBuffer local, RemoteBuffer remote, uint64_t wr_id = 0) noexcept;
   bool send(LocalBuffer local, uint64_t wr_id = 0) noexcept;
@@ -44,13 +44,13 @@ class PollQueuePair {
   bool fetch_add(LocalBuffer result, RemoteBuffer target, uint64_t add,
                  uint64_t wr_id = 0) noexcept;
 
-  // Posts everything queued with one doorbell. On failure nothing of the batch is queued
-  // any more and the verbs error is returned (requests before the failing one were posted
-  // and still retire through their completions).
+  /// Posts everything queued with one doorbell. On failure nothing of the batch is queued
+  /// any more and the verbs error is returned (requests before the failing one were posted
+  /// and still retire through their completions).
   std::error_code post() noexcept;
-  // Accounts one send completion of this QP: returns how many requests it retired (the
-  // signalled one and the unsignalled ones before it). After a failed completion the QP is
-  // in ERROR and every outstanding request completes on its own: each then counts one.
+  /// Accounts one send completion of this QP: returns how many requests it retired (the
+  /// signalled one and the unsignalled ones before it). After a failed completion the QP is
+  /// in ERROR and every outstanding request completes on its own: each then counts one.
   uint32_t retire(const ibv_wc& wc) noexcept;
   bool failed() const noexcept { return failed_; }
 
@@ -62,13 +62,13 @@ class PollQueuePair {
   uint32_t depth_;
   uint32_t inline_size_;
   uint32_t signal_interval_;
-  uint32_t room_;        // free slots of the send queue (posted requests occupy them)
-  uint32_t queued_ = 0;  // requests in the batch, not yet posted
+  uint32_t room_;        ///< free slots of the send queue (posted requests occupy them)
+  uint32_t queued_ = 0;  ///< requests in the batch, not yet posted
   uint32_t unsignalled_run_ = 0;
   bool failed_ = false;
   std::unique_ptr<ibv_send_wr[]> wrs_;
   std::unique_ptr<ibv_sge[]> sges_;
-  // Requests covered by each signalled request in flight, oldest first (a ring).
+  /// Requests covered by each signalled request in flight, oldest first (a ring).
   std::unique_ptr<uint32_t[]> covered_;
   uint32_t covered_head_ = 0, covered_count_ = 0;
 };

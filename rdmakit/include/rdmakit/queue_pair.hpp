@@ -18,38 +18,38 @@ namespace rdmakit {
 
 enum class QpType { rc, ud };
 
-// The sizes a QP was created with (after clamping to the device's limits).
+/// The sizes a QP was created with (after clamping to the device's limits).
 struct QpCaps {
   uint32_t send_depth = 128;
   uint32_t recv_depth = 128;
   uint32_t send_sge = 1;
   uint32_t recv_sge = 1;
   uint32_t inline_size = 64;
-  uint8_t rd_atomic = 16;  // outstanding READs/atomics, both as initiator and as responder
+  uint8_t rd_atomic = 16;  ///< outstanding READs/atomics, both as initiator and as responder
 };
 
-// Transport timers of an RC QP (IBTA encodings, see ibv_modify_qp(3)).
+/// Transport timers of an RC QP (IBTA encodings, see ibv_modify_qp(3)).
 struct QpTimers {
-  uint8_t timeout = 14;  // 4.096 us * 2^timeout per attempt
+  uint8_t timeout = 14;  ///< 4.096 us * 2^timeout per attempt
   uint8_t retry_count = 7;
-  uint8_t rnr_retry = 7;       // 7: retry forever
-  uint8_t min_rnr_timer = 12;  // 0.64 ms
+  uint8_t rnr_retry = 7;       ///< 7: retry forever
+  uint8_t min_rnr_timer = 12;  ///< 0.64 ms
 };
 
-// What a peer needs to reach a QP.
+/// What a peer needs to reach a QP.
 struct QpAddress {
   uint32_t qpn = 0;
   uint32_t psn = 0;
   ibv_gid gid{};
   uint16_t lid = 0;
-  uint32_t qkey = 0;  // UD only
+  uint32_t qkey = 0;  ///< UD only
 };
 
-// How two connected QPs talk, as negotiated by a handshake (or chosen by the caller).
+/// How two connected QPs talk, as negotiated by a handshake (or chosen by the caller).
 struct PathParams {
   ibv_mtu mtu = IBV_MTU_1024;
-  uint8_t initiator_depth = 1;  // READs/atomics we may have outstanding at the peer
-  uint8_t responder_depth = 1;  // READs/atomics the peer may have outstanding at us
+  uint8_t initiator_depth = 1;  ///< READs/atomics we may have outstanding at the peer
+  uint8_t responder_depth = 1;  ///< READs/atomics the peer may have outstanding at us
 };
 
 class SharedReceiveQueue;
@@ -71,22 +71,22 @@ class QueuePair {
   QpType type() const noexcept { return type_; }
   const QpCaps& caps() const noexcept { return caps_; }
   const QpTimers& timers() const noexcept { return timers_; }
-  // This QP as its peer must address it.
+  /// This QP as its peer must address it.
   QpAddress address() const;
-  // True once connect() (RC) or activate() (UD) succeeded.
+  /// True once connect() (RC) or activate() (UD) succeeded.
   bool ready() const noexcept { return ready_; }
 
-  // RC: RESET -> INIT -> RTR -> RTS towards `peer`. Throws Error naming the transition.
+  /// RC: RESET -> INIT -> RTR -> RTS towards `peer`. Throws Error naming the transition.
   void connect(const QpAddress& peer, const PathParams& path);
   void connect(const QpAddress& peer, const PathParams& path, std::error_code& ec);
-  // UD: RESET -> INIT -> RTR -> RTS. Throws Error naming the transition.
+  /// UD: RESET -> INIT -> RTR -> RTS. Throws Error naming the transition.
   void activate();
-  // Moves the QP to ERROR: outstanding work requests complete with IBV_WC_WR_FLUSH_ERR.
+  /// Moves the QP to ERROR: outstanding work requests complete with IBV_WC_WR_FLUSH_ERR.
   std::error_code to_error() noexcept;
   ibv_qp_state state() const;
 
-  // Posts a chain of work requests with one doorbell. Posting before connect()/activate() is
-  // a programming error. Returns the verbs error (e.g. ENOMEM when the queue is full).
+  /// Posts a chain of work requests with one doorbell. Posting before connect()/activate() is
+  /// a programming error. Returns the verbs error (e.g. ENOMEM when the queue is full).
   std::error_code post_send(ibv_send_wr& first) noexcept {
     RDMAKIT_REQUIRE(ready_, "post_send on a queue pair that is not connected");
     ibv_send_wr* bad = nullptr;
@@ -118,12 +118,12 @@ class QueuePair {
   uint32_t psn_ = 0;
   uint32_t qkey_ = 0;
   bool ready_ = false;
-  rdma_cm_id* cm_id_ = nullptr;       // created by rdma_create_qp: destroyed by rdma_destroy_qp
-  std::shared_ptr<void> keep_alive_;  // PD, CQs and SRQ outlive the QP
+  rdma_cm_id* cm_id_ = nullptr;       ///< created by rdma_create_qp: destroyed by rdma_destroy_qp
+  std::shared_ptr<void> keep_alive_;  ///< PD, CQs and SRQ outlive the QP
 };
 
-// Builds a QP with named settings. Defaults are clamped to what the device reports, so
-// QpBuilder(ctx, pd, cq).build() works on any device.
+/// Builds a QP with named settings. Defaults are clamped to what the device reports, so
+/// QpBuilder(ctx, pd, cq).build() works on any device.
 class QpBuilder {
  public:
   QpBuilder(const Context& context, const ProtectionDomain& pd, const CompletionQueue& cq);
@@ -186,11 +186,11 @@ class QpBuilder {
     return *this;
   }
 
-  // The sizes build() requests: the settings clamped to the device's limits.
+  /// The sizes build() requests: the settings clamped to the device's limits.
   QpCaps clamped_caps() const;
-  // Creates the QP (in RESET). Throws Error naming the QP's settings on failure.
+  /// Creates the QP (in RESET). Throws Error naming the QP's settings on failure.
   QueuePair build() const;
-  // Creates the QP of an RDMA CM id (rdma_create_qp): the CM moves it through its states.
+  /// Creates the QP of an RDMA CM id (rdma_create_qp): the CM moves it through its states.
   QueuePair build(rdma_cm_id* id) const;
 
  private:
@@ -208,7 +208,7 @@ class QpBuilder {
 
 class SharedReceiveQueue {
  public:
-  // `depth` and `sge` are clamped to the device's limits. Throws Error on failure.
+  /// `depth` and `sge` are clamped to the device's limits. Throws Error on failure.
   SharedReceiveQueue(const Context& context, const ProtectionDomain& pd, uint32_t depth,
                      uint32_t sge = 1);
   SharedReceiveQueue(const SharedReceiveQueue&) = delete;
@@ -223,7 +223,7 @@ class SharedReceiveQueue {
     if (int err = ibv_post_srq_recv(get(), &first, &bad)) return verbs_error(err);
     return {};
   }
-  // Arms the limit event: IBV_EVENT_SRQ_LIMIT_REACHED when fewer than `limit` receives remain.
+  /// Arms the limit event: IBV_EVENT_SRQ_LIMIT_REACHED when fewer than `limit` receives remain.
   void set_limit(uint32_t limit) const;
   const std::shared_ptr<ibv_srq>& handle() const;
 
@@ -232,7 +232,7 @@ class SharedReceiveQueue {
   uint32_t depth_ = 0;
 };
 
-// Where a UD send goes.
+/// Where a UD send goes.
 class AddressHandle {
  public:
   AddressHandle(const Context& context, const ProtectionDomain& pd, const QpAddress& peer);

@@ -13,11 +13,11 @@
 namespace rdmakit {
 
 struct RegistrationCacheStats {
-  uint64_t hits = 0;            // acquire() served by an existing registration
-  uint64_t misses = 0;          // acquire() that registered memory
-  uint64_t evictions = 0;       // unused registrations deregistered to stay within capacity
-  size_t registrations = 0;     // live registrations, in use or not
-  size_t bytes_registered = 0;  // bytes they cover
+  uint64_t hits = 0;            ///< acquire() served by an existing registration
+  uint64_t misses = 0;          ///< acquire() that registered memory
+  uint64_t evictions = 0;       ///< unused registrations deregistered to stay within capacity
+  size_t registrations = 0;     ///< live registrations, in use or not
+  size_t bytes_registered = 0;  ///< bytes they cover
 };
 
 namespace detail {
@@ -25,8 +25,8 @@ class RegistrationCacheState;
 struct CachedEntry;
 }  // namespace detail
 
-// A reference to a registration that covers the acquired range; the registration stays
-// valid until this is destroyed. It must be destroyed before its cache.
+/// A reference to a registration that covers the acquired range; the registration stays
+/// valid until this is destroyed. It must be destroyed before its cache.
 class CachedRegistration {
  public:
   CachedRegistration() = default;
@@ -37,7 +37,7 @@ class CachedRegistration {
   ~CachedRegistration();
 
   explicit operator bool() const noexcept { return entry_ != nullptr; }
-  // Exactly the acquired range, with the keys of the registration that covers it.
+  /// Exactly the acquired range, with the keys of the registration that covers it.
   LocalBuffer buffer() const noexcept { return {data_, size_, lkey_}; }
   RemoteBuffer remote() const noexcept {
     return {reinterpret_cast<uintptr_t>(data_), size_, rkey_};
@@ -55,11 +55,11 @@ class CachedRegistration {
   uint32_t rkey_ = 0;
 };
 
-// Registers whole pages around the ranges asked for and reuses a registration whenever one
-// covers a range with at least the rights asked for. Registrations nobody holds are kept in
-// least-recently-used order and deregistered when the registered bytes exceed the capacity
-// (held ones are never evicted, so the capacity can be exceeded while they are held).
-// Thread-safe; `pd` must outlive the cache.
+/// Registers whole pages around the ranges asked for and reuses a registration whenever one
+/// covers a range with at least the rights asked for. Registrations nobody holds are kept in
+/// least-recently-used order and deregistered when the registered bytes exceed the capacity
+/// (held ones are never evicted, so the capacity can be exceeded while they are held).
+/// Thread-safe; `pd` must outlive the cache.
 class RegistrationCache {
  public:
   RegistrationCache(const ProtectionDomain& pd, size_t capacity_bytes);
@@ -67,18 +67,18 @@ class RegistrationCache {
   RegistrationCache& operator=(const RegistrationCache&) = delete;
   RegistrationCache(RegistrationCache&&) noexcept;
   RegistrationCache& operator=(RegistrationCache&&) noexcept;
-  // Deregisters everything. CachedRegistrations still alive are a programming error.
+  /// Deregisters everything. CachedRegistrations still alive are a programming error.
   ~RegistrationCache();
 
-  // A registration covering [data, data + size) with `access`. Throws Error (the verbs error,
-  // e.g. EFAULT for memory that is not mapped) when registering fails.
+  /// A registration covering [data, data + size) with `access`. Throws Error (the verbs error,
+  /// e.g. EFAULT for memory that is not mapped) when registering fails.
   CachedRegistration acquire(void* data, size_t size, Access access);
-  // As above; on failure `ec` is set and the result is empty.
+  /// As above; on failure `ec` is set and the result is empty.
   CachedRegistration acquire(void* data, size_t size, Access access, std::error_code& ec);
 
-  // Forgets every registration overlapping [data, data + size), which the caller is about to
-  // unmap or remap: unused ones are deregistered now, held ones when they are released. Later
-  // acquires register the new memory afresh.
+  /// Forgets every registration overlapping [data, data + size), which the caller is about to
+  /// unmap or remap: unused ones are deregistered now, held ones when they are released. Later
+  /// acquires register the new memory afresh.
   void invalidate(void* data, size_t size);
 
   RegistrationCacheStats stats() const;

@@ -99,7 +99,7 @@ class [[nodiscard]] Task {
     return Awaiter{handle_};
   }
 
-  // Starts the task and lets it run to completion on its own; its frame frees itself.
+  /// Starts the task and lets it run to completion on its own; its frame frees itself.
   friend void spawn(Task&& task) noexcept {
     RDMAKIT_REQUIRE(task.handle_ != nullptr, "spawn of an empty rdmakit::Task");
     Handle h = std::exchange(task.handle_, {});
@@ -107,12 +107,12 @@ class [[nodiscard]] Task {
     h.resume();
   }
 
-  // Starts the task; the caller keeps it and checks done()/result() (e.g. while polling).
+  /// Starts the task; the caller keeps it and checks done()/result() (e.g. while polling).
   void start() noexcept {
     RDMAKIT_REQUIRE(handle_ && !handle_.done(), "start of an empty or finished rdmakit::Task");
     handle_.resume();
   }
-  // The value of a finished task.
+  /// The value of a finished task.
   T result() noexcept requires(!std::is_void_v<T>) {
     RDMAKIT_REQUIRE(handle_ && handle_.done(), "result of an unfinished rdmakit::Task");
     return std::move(*handle_.promise().value);

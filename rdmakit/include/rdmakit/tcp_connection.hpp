@@ -12,7 +12,7 @@ namespace rdmakit {
 
 class TcpAcceptor : public detail::LastFailure {
  public:
-  // Listens on address:port (port 0: an ephemeral one, see port()). Throws Error.
+  /// Listens on address:port (port 0: an ephemeral one, see port()). Throws Error.
   TcpAcceptor(std::shared_ptr<Resources> resources, const std::string& address = "0.0.0.0",
               uint16_t port = 0, ConnectionOptions options = {});
   TcpAcceptor(const TcpAcceptor&) = delete;
@@ -20,15 +20,15 @@ class TcpAcceptor : public detail::LastFailure {
   ~TcpAcceptor();
 
   uint16_t port() const noexcept { return port_; }
-  // Readable when a client is waiting (for event loops).
+  /// Readable when a client is waiting (for event loops).
   int fd() const noexcept { return fd_; }
 
-  // Waits for a client and completes its handshake (bounded by options.timeout). Safe to call
-  // from several threads at once: each serves one client. Throws Error with the explanation.
+  /// Waits for a client and completes its handshake (bounded by options.timeout). Safe to call
+  /// from several threads at once: each serves one client. Throws Error with the explanation.
   Connection accept();
-  // Same, reporting failures (a refused or mismatched peer: Errc::handshake_*).
+  /// Same, reporting failures (a refused or mismatched peer: Errc::handshake_*).
   Connection accept(std::error_code& ec);
-  // Gives up with Errc::timed_out if no client arrives within `wait`.
+  /// Gives up with Errc::timed_out if no client arrives within `wait`.
   Connection accept_for(std::chrono::milliseconds wait, std::error_code& ec);
 
  private:
@@ -42,7 +42,7 @@ class TcpConnector : public detail::LastFailure {
  public:
   explicit TcpConnector(std::shared_ptr<Resources> resources, ConnectionOptions options = {});
 
-  // Connects to a TcpAcceptor. Throws Error with the explanation.
+  /// Connects to a TcpAcceptor. Throws Error with the explanation.
   Connection connect(const std::string& host, uint16_t port);
   Connection connect(const std::string& host, uint16_t port, std::error_code& ec);
 

@@ -161,7 +161,7 @@ class [[nodiscard]] CallAwaitable {
   CallAwaitable(detail::Engine* engine, SessionId session, std::span<const std::byte> request,
                 const CallOptions& options) noexcept
       : engine_(engine), session_(session), request_(request), options_(options) {}
-  bool try_issue() noexcept;  // false: the window is full, wait
+  bool try_issue() noexcept;  ///< false: the window is full, wait
 
   enum class State : uint8_t { created, waiting_for_window, in_flight, done };
   detail::Engine* engine_;

@@ -12,20 +12,20 @@ namespace rdmakit::rpc {
 /// gRPC's canonical status codes; carried on the wire as one byte.
 enum class Code : uint8_t {
   ok = 0,
-  cancelled,  // the caller cancelled, or the server dropped the request unanswered
+  cancelled,  ///< the caller cancelled, or the server dropped the request unanswered
   unknown,
   invalid_argument,
-  deadline_exceeded,  // the call's timeout passed before its response arrived
+  deadline_exceeded,  ///< the call's timeout passed before its response arrived
   not_found,
   already_exists,
   permission_denied,
-  resource_exhausted,  // e.g. the server's reply was larger than the caller reserved
+  resource_exhausted,  ///< e.g. the server's reply was larger than the caller reserved
   failed_precondition,
   aborted,
   out_of_range,
-  unimplemented,  // no handler for the method
+  unimplemented,  ///< no handler for the method
   internal,
-  unavailable,  // the session closed: peer died, disconnected or stopped answering
+  unavailable,  ///< the session closed: peer died, disconnected or stopped answering
   data_loss,
   unauthenticated,
 };
@@ -45,15 +45,15 @@ struct Status {
 
 /// Failures of the RPC API itself.
 enum class Errc {
-  would_block = 1,     // the session's window or send space is full: poll() and retry
-  message_too_large,   // the request or reply exceeds the session's message size limit
-  response_too_large,  // the reply is larger than the caller reserved (max_response)
-  session_closed,      // the session is closed (peer gone, disconnected, protocol error)
-  no_such_session,     // the session id is not (or no longer) one of this endpoint's
-  bad_url,             // not scheme://address, or a scheme without a transport
-  protocol_error,      // the peer broke the protocol (malformed frame, bad index)
-  not_listening,       // nothing listens at that address
-  too_many_sessions,   // the server admits no more sessions (ud://: its receive buffers are
+  would_block = 1,     ///< the session's window or send space is full: poll() and retry
+  message_too_large,   ///< the request or reply exceeds the session's message size limit
+  response_too_large,  ///< the reply is larger than the caller reserved (max_response)
+  session_closed,      ///< the session is closed (peer gone, disconnected, protocol error)
+  no_such_session,     ///< the session id is not (or no longer) one of this endpoint's
+  bad_url,             ///< not scheme://address, or a scheme without a transport
+  protocol_error,      ///< the peer broke the protocol (malformed frame, bad index)
+  not_listening,       ///< nothing listens at that address
+  too_many_sessions,   ///< the server admits no more sessions (ud://: its receive buffers are
                        // all reserved for the sessions it has)
 };
 const std::error_category& rpc_category() noexcept;
