@@ -135,3 +135,23 @@ def ucx(test, size, tls, hosts=None, iterations=20000, rate=False, extra=()):
     return float(f[5]) if test.endswith("_bw") else float(f[2])
 
 
+def chart(directory, name, series, metric, title, bars=True):
+    """Saves each series ({label: [JSON objects]}) as DIR/NAME-LABEL.json and draws them on
+    one chart, DIR/NAME.png, with tools/rdmakit-plot (as a user would)."""
+    os.makedirs(directory, exist_ok=True)
+    runs = []
+    for label, objects in series.items():
+        if not objects:
+            continue
+        slug = re.sub(r"[^A-Za-z0-9]+", "-", label).strip("-").lower()
+        path = os.path.join(directory, "%s-%s.json" % (name, slug))
+        with open(path, "w") as f:
+            for o in objects:
+                f.write(json.dumps(o) + "\n")
+        runs.append("%s:%s" % (path, label))
+    output = os.path.join(directory, name + ".png")
+    subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "tools", "rdmakit-plot")] + runs +
+                   ["-o", output, "--metric", metric, "--title", title] +
+                   (["--bars"] if bars else []), check=True)
+    print("wrote", output)
+

@@ -20,6 +20,7 @@ Every contender runs --runs times, interleaved; medians are compared, and the ra
 Redis's GET rate is printed against the target (>= 3x over shm:// and rc://).
 
 Usage: bench/kv_vs_peers.py [--build build] [--runs 3] [--seconds 2] [--markdown]
+                           [--charts DIR]   (DIR/kv_get_rate.png, drawn by rdmakit-plot)
 """
 import argparse
 import os
@@ -29,7 +30,7 @@ import subprocess
 import tempfile
 import time
 
-from benchlib import ROOT, free_port, run_json, wait_listening
+from benchlib import ROOT, chart, free_port, run_json, wait_listening
 
 KEYS = 100_000
 VALUE = 32
@@ -119,6 +120,7 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--charts", help="directory for the chart and its data")
     a = ap.parse_args()
     contenders = [
         ("rdmakit kv shm://", lambda: rdmakit_kv(a.build, "shm", a.seconds)),
@@ -151,6 +153,11 @@ def main():
             print("| %s | %.0f | %.2fx | %s |" % (label, v, ratio, target))
         else:
             print("    %-34s %12.0f  %6.2fx Redis  %s" % (label, v, ratio, target))
+    if a.charts:
+        chart(a.charts, "kv_get_rate",
+              {label: [{"workload": "GETs, %d keys, %d B values" % (KEYS, VALUE),
+                        "ops_per_second": v}] for label, v in med.items()},
+              "rate", "GETs per second, one server core (medians of %d)" % a.runs)
 
 
 if __name__ == "__main__":

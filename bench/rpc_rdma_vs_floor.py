@@ -13,13 +13,15 @@ veth, created here (needs root). Every contender runs --runs times, interleaved,
 medians are compared; ratios are to the floor.
 
 Usage: bench/rpc_rdma_vs_floor.py [--build build] [--runs 3] [--seconds 2] [--skip-hosts]
+                                  [--charts DIR]   (round_trip.png and rate.png)
 """
 import argparse
 import os
+import re
 import statistics
 import subprocess
 
-from benchlib import ROOT, Hosts, free_port, perftest, run_json, ucx, wait_listening
+from benchlib import ROOT, Hosts, chart, free_port, perftest, run_json, ucx, wait_listening
 
 
 class Rpc:
@@ -87,9 +89,24 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--skip-hosts", action="store_true", help="only the one-host comparisons")
+    ap.add_argument("--charts", help="directory for the charts and their data")
     a = ap.parse_args()
     rpc = Rpc(a.build, a.seconds)
     run = rpc.run
+
+    # Per contender (floor, rc, ud, UCX), the medians of each section, for the charts.
+    round_trips, rates = {}, {}
+
+    def contender(label):
+        """The row's contender without what differs between sections ("UCX am_lat x2 shm"
+        and "UCX am_lat x2 tcp" are both "UCX am_lat"), so one series spans both hosts."""
+        name = label.split(" (")[0].replace(" x2", "")
+        return re.sub(r" (shm|tcp)$", "", name)
+
+    def remember(into, workload, result, field):
+        for label, v in result.items():
+            if v is not None:
+                into.setdefault(contender(label), []).append({"workload": workload, **field(v)})
 
     def section(hosts, shm_or_tcp, calls, perftest_iterations):
         where = "two hosts" if hosts.two else "one host"
@@ -108,6 +125,7 @@ def main():
             target = ("<= floor + 0.5 us", lambda v, f: v <= f + 0.5)
         show("%s, depth 1, 32 B, round trip (us)" % where, "us", lat, "ib_send_lat x2 (floor)",
              target)
+        remember(round_trips, where, lat, lambda v: {"latency_us": {"median": v}})
         rate = medians([
             ("ib_send_bw -s 32 (floor)", lambda: 1e6 * perftest(run, "ib_send_bw", [
                 "-s", "32", "-n", str(50 * perftest_iterations)], hosts, rate=True)),
@@ -119,6 +137,7 @@ def main():
         ], a.runs)
         show("%s, one session at depth 32, 32 B, calls/s (floor: messages/s)" % where, "/s", rate,
              "ib_send_bw -s 32 (floor)", (">= 0.8x the floor", lambda v, f: v >= 0.8 * f))
+        remember(rates, where, rate, lambda v: {"calls_per_second": v})
 
     print("rdmakit rpc on softrdma vs the device's floor; medians of %d interleaved runs" % a.runs)
     section(Hosts(), "shm", 20000, 20000)
@@ -141,6 +160,11 @@ def main():
             section(hosts, "tcp", 2000, 2000)
         finally:
             hosts.close()
+    if a.charts:
+        chart(a.charts, "rpc_round_trip", round_trips, "latency",
+              "depth-1 round trip, 32 B (median of %d runs)" % a.runs)
+        chart(a.charts, "rpc_rate", rates, "rate",
+              "one session at depth 32, 32 B (median of %d runs)" % a.runs)
 
 
 if __name__ == "__main__":

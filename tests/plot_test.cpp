@@ -82,6 +82,21 @@ TEST_F(Plot, SvgLatencyNamesEverySeriesAndPercentile) {
     EXPECT_THAT(svg, HasSubstr(label));
 }
 
+// The bench/ scripts compare fixed workloads: one group of bars per workload.
+TEST_F(Plot, BarsPerWorkload) {
+  const std::string rc = write("rc.json", {{{"workload", "one host"}, {"calls_per_second", 5e6}},
+                                           {{"workload", "two hosts"}, {"calls_per_second", 2e5}}});
+  const std::string ucx =
+      write("ucx.json", {{{"workload", "one host"}, {"calls_per_second", 1e7}}});
+  const rdmakit::testing::Exit done =
+      plot(rc + ":rc " + ucx + ":UCX --bars --metric rate -o " + out("bars.svg"));
+  ASSERT_TRUE(done.ok()) << done.describe();
+  const std::string svg = read(out("bars.svg"));
+  for (const char* text : {"one host", "two hosts", "rc", "UCX"}) EXPECT_THAT(svg, HasSubstr(text));
+  const std::string sized = write("sized.json", {perf_bw(8, 1)});  // no workload field
+  EXPECT_EQ(plot(sized + " --bars -o " + out("x.png")).code, 2);
+}
+
 TEST_F(Plot, BadInputGetsOneLineAndExitCodeTwo) {
   std::ofstream(out("broken.json")) << "{\"size\": 8,\n";
   const std::string no_figures = write("none.json", {{{"size", 8}}});
