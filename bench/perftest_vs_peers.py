@@ -10,6 +10,7 @@ connection set-up rate (100 connections) beside plain TCP's, and the CPU used by
 holding 100 connected idle QPs.
 
 Usage: bench/perftest_vs_peers.py [--build build] [--runs 5] [--skip-hosts]
+                                  [--charts DIR]   (perftest_latency.png, perftest_bandwidth.png)
 """
 import argparse
 import json
@@ -18,7 +19,7 @@ import re
 import statistics
 import subprocess
 
-from benchlib import ROOT, Hosts, pair, perftest, ucx
+from benchlib import ROOT, Hosts, chart, pair, perftest, ucx
 
 
 def iperf3(hosts):
@@ -50,7 +51,9 @@ def idle_cpu_seconds(build):
     return float(m.group(1)) if m else None
 
 
-def compare(cases, runs, peer_name):
+def compare(cases, runs, peer_name, where, into):
+    """Prints each case's medians and ratio, and adds them to `into` ({"latency" or "bandwidth":
+    {contender: [points]}}) as points of the workload "LABEL, WHERE" for the charts."""
     print("%-26s %12s %12s %8s %10s" % ("test", "softrdma", peer_name, "ratio", "target"))
     for label, ours, theirs, higher, target in cases:
         o, t = [], []
@@ -63,6 +66,14 @@ def compare(cases, runs, peer_name):
         print("%-26s %12.3f %12.3f %7.2fx %5s%.1fx %s" % (label, mo, mt, ratio,
                                                          ">=" if higher else "<=", target,
                                                          "met" if met else "not met"))
+        workload = "%s, %s" % (re.sub(r" \((us|MiB/s)\)$", "", label), where)
+        for contender, value in (("softrdma", mo), (peer_name, mt)):
+            point = {"workload": workload}
+            if higher:
+                into["bandwidth"].setdefault(contender, []).append({**point, "bw_avg_mib": value})
+            else:
+                into["latency"].setdefault(contender, []).append(
+                    {**point, "latency_us": {"median": value}})
 
 
 def main():
@@ -70,6 +81,7 @@ def main():
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--skip-hosts", action="store_true", help="only the same-host comparisons")
+    ap.add_argument("--charts", help="directory for the charts and their data")
     a = ap.parse_args()
     run = os.path.join(a.build, "softrdma-run")
     cases = [
@@ -90,7 +102,8 @@ def main():
          lambda: ucx("ucp_put_lat", 8, "posix,cma"), False, 1.5),
     ]
     print("same host, medians of %d interleaved runs; peer = UCX over shared memory" % a.runs)
-    compare(cases, a.runs, "UCX shm")
+    medians = {"latency": {}, "bandwidth": {}}
+    compare(cases, a.runs, "UCX shm", "one host", medians)
     if not a.skip_hosts:
         hosts = Hosts(two=True)
         try:
@@ -105,7 +118,8 @@ def main():
             print()
             print("two hosts (namespaces + veth), medians of %d; peers = one iperf3 stream (bw), "
                   "UCX over TCP (lat)" % a.runs)
-            compare(cross, a.runs, "peer")
+            compare(cross[:1], a.runs, "iperf3", "two hosts", medians)
+            compare(cross[1:], a.runs, "UCX tcp", "two hosts", medians)
         finally:
             hosts.close()
     print()
@@ -116,6 +130,11 @@ def main():
     cpu = idle_cpu_seconds(a.build)
     if cpu is not None:
         print("idle: 100 connected RC QPs for 3 s used %.4f s of CPU" % cpu)
+    if a.charts:
+        chart(a.charts, "perftest_latency", medians["latency"], "latency",
+              "8-byte latency, softrdma vs its peers (median of %d runs)" % a.runs)
+        chart(a.charts, "perftest_bandwidth", medians["bandwidth"], "bandwidth",
+              "64 KiB write bandwidth, softrdma vs its peers (median of %d runs)" % a.runs)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ figures move with where its vCPUs sit. Instructions per call (callgrind) are ste
 times are not.
 
 Usage: bench/rpc_vs_peers.py [--build build] [--runs 3] [--seconds 2] [--markdown]
+                             [--charts DIR]   (rpc_peers_latency.png, rpc_peers_rate.png)
 Peers are built when their packages are installed: scripts/setup-bench.sh.
 """
 import argparse
@@ -19,7 +20,10 @@ import re
 import statistics
 import subprocess
 
-from benchlib import ROOT, run_json
+from benchlib import ROOT, chart, run_json
+
+
+LATENCY, RATE = "latency_us.median", "calls_per_second"  # the JSON fields compared
 
 
 class Bench:
@@ -57,12 +61,13 @@ def main():
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--seconds", type=float, default=2.0)
     p.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
+    p.add_argument("--charts", help="directory for the charts and their data")
     args = p.parse_args()
     b = Bench(args)
     uid = os.getpid()
 
     # Each row: (title, what is measured, [(label, thunk)], key, target text, target check)
-    lat, rate = "latency_us.median", "calls_per_second"
+    lat, rate = LATENCY, RATE
     rows = []
 
     def row(title, key, contenders, target=None):
@@ -145,6 +150,26 @@ def main():
         print("shm clients 1→16 at depth 1: %s (%s)" %
               (" → ".join("%.2fM" % (s / 1e6) for s in scaling), "non-decreasing" if ok else "DECREASES"))
     instructions(b)
+    if args.charts:
+        draw_charts(args, results)
+
+
+def draw_charts(args, results):
+    """One latency and one rate chart: a bar group per row, a series per kind of contender
+    (the raw floors of all transports are one series, as are ZeroMQ's three transports)."""
+    series = {LATENCY: {}, RATE: {}}
+    for title, key, medians, _ in results:
+        if key not in series or title.startswith("calibration"):
+            continue
+        workload = re.sub(r", (round trip \(µs\)|calls/s)", "", title)
+        for label, v in medians.items():
+            contender = "raw floor" if label.startswith("raw") else label.split()[0]
+            point = {"latency_us": {"median": v}} if key == LATENCY else {RATE: v}
+            series[key].setdefault(contender, []).append({"workload": workload, **point})
+    chart(args.charts, "rpc_peers_latency", series[LATENCY], "latency",
+          "round trip, 32 B (median of %d runs)" % args.runs)
+    chart(args.charts, "rpc_peers_rate", series[RATE], "rate",
+          "calls per second, 32 B (median of %d runs)" % args.runs)
 
 
 def fmt(key, v):
