@@ -49,7 +49,12 @@ INSTANTIATE_TEST_SUITE_P(
                       same_program("write_lat_all_sizes", "ib_write_lat -a -n 50"),
                       same_program("read_lat_all_sizes", "ib_read_lat -a -n 50"),
                       same_program("send_lat_all_sizes", "ib_send_lat -a -n 50"),
-                      same_program("atomic_lat", "ib_atomic_lat -n 500")),
+                      same_program("atomic_lat", "ib_atomic_lat -n 500"),
+                      // Both sides stream at once, more than the socket buffers hold: a
+                      // sender blocked on a full socket must not stall its own receiver.
+                      same_program("write_bw_both_ways_64KiB", "ib_write_bw -b -s 65536 -n 2000"),
+                      same_program("send_bw_both_ways_1MiB", "ib_send_bw -b -s 1048576 -n 200"),
+                      same_program("read_bw_both_ways_64KiB", "ib_read_bw -b -s 65536 -n 2000")),
     case_name);
 
 }  // namespace

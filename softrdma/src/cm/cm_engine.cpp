@@ -12,6 +12,7 @@
 
 #include "cm/cm_context.hpp"
 #include "common/log.hpp"
+#include "wire/socket_io.hpp"
 
 namespace softrdma::cm {
 namespace {
@@ -277,6 +278,7 @@ void on_listener(Engine& e, CmId* listener) {
   for (;;) {
     int fd = accept4(listener->sock, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) return;
+    wire::tune_socket(fd);  // no Nagle: a disconnect must not wait for a delayed ACK
     Watch& w = e.watches[fd];
     w.listener = listener;
     epoll_set(e, fd, EPOLLIN | EPOLLRDHUP, true);
@@ -379,6 +381,7 @@ void disconnected(CmId* id) {
 int start_connect(CmId* id) {
   id->sock = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (id->sock < 0) return errno;
+  wire::tune_socket(id->sock);
   sockaddr_in src = id->id.route.addr.src_sin;
   src.sin_port = 0;
   bind(id->sock, reinterpret_cast<sockaddr*>(&src), sizeof src);

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "common/log.hpp"
+#include "engine/memory_access.hpp"
 #include "wire/socket_io.hpp"
 
 namespace softrdma::wire {
@@ -59,6 +60,7 @@ std::shared_ptr<Link> Link::to(uint32_t ipv4_be) {
   int fd = connect_to(ipv4_be);
   if (fd < 0) return nullptr;
   std::shared_ptr<Link> link(new Link(fd));
+  link->self_ = link;
   links[ipv4_be] = link;
   std::thread(read_loop, link).detach();
   return link;
@@ -69,20 +71,73 @@ Link::~Link() {
 }
 
 void Link::shut() {
+  std::lock_guard lock(write_mutex_);
+  shut_holding_lock();
+}
+
+void Link::shut_holding_lock() {
   if (alive_.exchange(false)) shutdown(fd_, SHUT_RDWR);
+  backlog_.clear();
+  backlog_ready_.notify_all();
+}
+
+void Link::queue(const iovec* iov, int count, size_t offset) {
+  std::vector<char>& bytes = backlog_.emplace_back();
+  for (int i = 0; i < count; ++i) {
+    const size_t skip = std::min(offset, iov[i].iov_len);
+    offset -= skip;
+    const char* base = static_cast<const char*>(iov[i].iov_base);
+    bytes.insert(bytes.end(), base + skip, base + iov[i].iov_len);
+  }
+  if (!flusher_started_) {
+    flusher_started_ = true;
+    std::thread(flush_loop, self_.lock()).detach();
+  }
+  backlog_ready_.notify_one();
 }
 
 bool Link::send(const Request& header, const iovec* payload, int count) {
-  iovec iov[34];
+  constexpr int kMaxIov = 1 + kMaxSge;
+  iovec iov[kMaxIov];  // the header and at most kMaxSge gathered buffers
   int n = 0;
   iov[n++] = iovec{const_cast<Request*>(&header), sizeof header};
-  for (int i = 0; i < count && n < 34; ++i) iov[n++] = payload[i];
+  for (int i = 0; i < count && n < kMaxIov; ++i) iov[n++] = payload[i];
   std::lock_guard lock(write_mutex_);
-  if (!alive() || !write_all(fd_, iov, n)) {
-    shut();
+  if (!alive()) return false;
+  if (!backlog_.empty() || flushing_) {  // behind bytes already waiting
+    queue(iov, n, 0);
+    return true;
+  }
+  const ssize_t sent = write_now(fd_, iov, n);
+  if (sent < 0) {
+    shut_holding_lock();
     return false;
   }
+  if (static_cast<size_t>(sent) < iov_bytes(iov, n)) queue(iov, n, static_cast<size_t>(sent));
   return true;
+}
+
+void Link::flush_loop(std::shared_ptr<Link> self) {
+  std::unique_lock lock(self->write_mutex_);
+  for (;;) {
+    self->backlog_ready_.wait(lock, [&] { return !self->backlog_.empty() || !self->alive(); });
+    if (!self->alive()) return;
+    std::deque<std::vector<char>> taken;
+    taken.swap(self->backlog_);
+    self->flushing_ = true;
+    lock.unlock();
+    bool ok = true;
+    for (std::vector<char>& bytes : taken) {
+      iovec iov{bytes.data(), bytes.size()};
+      if (!(ok = write_all(self->fd_, &iov, 1))) break;
+    }
+    lock.lock();
+    self->flushing_ = false;
+    if (!ok) {
+      self->shut_holding_lock();
+      return;
+    }
+  }
 }
 
 void Link::read_loop(std::shared_ptr<Link> self) {

@@ -1,10 +1,15 @@
 // The requester side of the TCP transport: one connection per remote host, shared by all
-// QPs of this process. Responses are read by a thread that sleeps in recv().
+// QPs of this process. Responses are read by a thread that sleeps in recv(). A send never
+// blocks its caller (who holds a QP's send-queue lock, which the reader needs to complete
+// answers): what the socket does not take at once waits in a backlog that a writer thread,
+// started when first needed, flushes in order.
 #pragma once
 
 #include <sys/uio.h>
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -19,7 +24,8 @@ class Link {
   /// failure) on demand. nullptr when the host cannot be reached right now.
   static std::shared_ptr<Link> to(uint32_t ipv4_be);
 
-  /// Sends a request and its payload. False once the connection is broken.
+  /// Sends a request and its payload, or queues what the socket cannot take now (the
+  /// payload is copied: the caller may reuse it). False once the connection is broken.
   bool send(const Request& header, const iovec* payload, int count);
   bool alive() const { return alive_.load(std::memory_order_acquire); }
 
@@ -30,10 +36,19 @@ class Link {
  private:
   explicit Link(int fd) : fd_(fd) {}
   static void read_loop(std::shared_ptr<Link> self);
+  static void flush_loop(std::shared_ptr<Link> self);
+  /// Queues the bytes of `iov` from byte `offset` on; the caller holds write_mutex_.
+  void queue(const iovec* iov, int count, size_t offset);
   void shut();
+  void shut_holding_lock();
 
   int fd_;
-  std::mutex write_mutex_;
+  std::mutex write_mutex_;  // guards the members below and the order of bytes on fd_
+  std::condition_variable backlog_ready_;
+  std::deque<std::vector<char>> backlog_;
+  bool flushing_ = false;  // the writer thread is writing what it took from the backlog
+  bool flusher_started_ = false;
+  std::weak_ptr<Link> self_;  // for starting the writer thread
   std::atomic<bool> alive_{true};
 };
 

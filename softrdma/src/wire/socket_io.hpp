@@ -1,6 +1,7 @@
 // Whole-message reads and writes on blocking TCP sockets.
 #pragma once
 
+#include <sys/types.h>
 #include <sys/uio.h>
 #include <cstddef>
 
@@ -10,6 +11,11 @@ namespace softrdma::wire {
 bool read_all(int fd, void* buf, size_t n);
 /// Writes every byte of the iovecs; false on error.
 bool write_all(int fd, iovec* iov, int count);
+/// Writes what the socket takes without waiting: the bytes written (0 when it is full), or
+/// -1 on error.
+ssize_t write_now(int fd, const iovec* iov, int count);
+/// The bytes the iovecs describe.
+size_t iov_bytes(const iovec* iov, int count);
 /// TCP_NODELAY and keepalive, as for any latency-sensitive connection.
 void tune_socket(int fd);
 
