@@ -174,11 +174,46 @@ void AsyncQueuePair::submit(Operation* op) noexcept {
     // May run request_cancel at once if the stop was already requested.
     if (op->stop.stop_possible()) op->stop_callback.emplace(op->stop, Operation::OnStop{op});
   }
+  if (post_now(op)) return;
   if (op->on_completion == &send_completed)
     pending_sends_.push(op);
   else
     pending_recvs_.push(op);
   poller_.mark_dirty(this);
+}
+
+bool AsyncQueuePair::post_now(Operation* op) noexcept {
+  // Only on an idle queue (depth 1): with work outstanding, waiting for the poller's flush
+  // batches the requests behind one doorbell. Nothing pending either, so a send never
+  // overtakes a receive submitted before it.
+  // A stop requested before the submission leaves it to the sweep: it never reaches the device.
+  if (failed_ || pending_sends_.head || pending_recvs_.head ||
+      op->cancel_requested.load(std::memory_order_acquire))
+    return false;
+  op->next = nullptr;
+  const auto wr_id = reinterpret_cast<uintptr_t>(op);
+  if (op->on_completion == &send_completed) {
+    if (posted_sends_.head || send_room_ == 0) return false;
+    ibv_send_wr& wr = static_cast<SendOperation*>(op)->wr;
+    wr.wr_id = wr_id;
+    wr.next = nullptr;
+    wr.send_flags |= IBV_SEND_SIGNALED;  // alone, so it retires itself
+    ibv_send_wr* bad = nullptr;
+    // A refused post goes the usual way: the flush posts it again and reports the error.
+    if (ibv_post_send(raw_, &wr, &bad) != 0) return false;
+    --send_room_;
+    posted_sends_.push(op);
+  } else {
+    if (posted_recvs_.head || recv_room_ == 0) return false;
+    ibv_recv_wr& wr = static_cast<RecvOperation*>(op)->wr;
+    wr.wr_id = wr_id;
+    wr.next = nullptr;
+    ibv_recv_wr* bad = nullptr;
+    if (ibv_post_recv(raw_, &wr, &bad) != 0) return false;
+    --recv_room_;
+    posted_recvs_.push(op);
+  }
+  return true;
 }
 
 unsigned AsyncQueuePair::flush() noexcept {

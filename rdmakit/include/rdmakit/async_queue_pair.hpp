@@ -122,6 +122,8 @@ class AsyncQueuePair {
   void init(detail::RecvOperation& op) noexcept;
   void set_local(detail::SendOperation& op, LocalBuffer local) const noexcept;
   void submit(detail::Operation* op) noexcept;
+  /// Posts `op` at once when the queue is idle; false leaves it to the poller's flush.
+  bool post_now(detail::Operation* op) noexcept;
   /// Posts what is pending and fits; returns work requests posted.
   unsigned flush() noexcept;
   unsigned flush_sends() noexcept;
