@@ -50,8 +50,8 @@ uint64_t process_start_time(pid_t pid) {
 }
 
 const ProcessId& self_process() {
-  static pthread_once_t once = PTHREAD_ONCE_INIT;
-  pthread_once(&once, init_once);
+  // A function-local static: after the first call, one inlined load of its guard.
+  [[maybe_unused]] static const bool initialised = (init_once(), true);
   return g_self;
 }
 

@@ -62,6 +62,10 @@ bool pin_sge_list(PinnedRanges& out, const ibv_sge* sge, int num_sge, const Proc
 namespace {
 
 void copy_local(const iovec* dst, int ndst, const iovec* src, int nsrc) {
+  if (ndst == 1 && nsrc == 1) {  // the common case, without the walk's bookkeeping
+    std::memcpy(dst->iov_base, src->iov_base, std::min(dst->iov_len, src->iov_len));
+    return;
+  }
   int di = 0, si = 0;
   size_t doff = 0, soff = 0;
   while (di < ndst && si < nsrc) {

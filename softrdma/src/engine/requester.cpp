@@ -37,9 +37,11 @@ Outcome execute_here(Qp& qp, SendWork& w, const iovec* iov, int count, uint64_t 
     r.opcode = w.opcode;
     r.qp_type = qp.qpx.qp_base.qp_type;
     r.src_qpn = qp.qpx.qp_base.qp_num;
-    const Gid sgid = qp.ctx->gids.at(qp.attr.ah_attr.grh.sgid_index);
-    std::memcpy(r.src_gid, sgid.data(), 16);
-    std::memcpy(r.dst_gid, ud ? w.dgid.data() : qp.attr.ah_attr.grh.dgid.raw, 16);
+    if (ud) {  // only a UD receive shows the GIDs (in its GRH)
+      const Gid sgid = qp.ctx->gids.at(qp.attr.ah_attr.grh.sgid_index);
+      std::memcpy(r.src_gid, sgid.data(), 16);
+      std::memcpy(r.dst_gid, w.dgid.data(), 16);
+    }
     r.solicited = w.send_flags & IBV_SEND_SOLICITED;
     r.has_imm = w.opcode == IBV_WR_SEND_WITH_IMM || w.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
     r.imm_data = w.imm_data;
@@ -56,7 +58,6 @@ Outcome execute_here(Qp& qp, SendWork& w, const iovec* iov, int count, uint64_t 
     reply = {Kind::kDone, IBV_WC_SUCCESS, 0};  // UD to nowhere is lost, not an error
   }
 
-  const auto now = Clock::now();
   switch (reply.kind) {
     case Kind::kDone:
       if (reply.status == IBV_WC_SUCCESS)
@@ -65,9 +66,10 @@ Outcome execute_here(Qp& qp, SendWork& w, const iovec* iov, int count, uint64_t 
         fail(qp, w, reply.status);
       return Outcome::kCompleted;
     case Kind::kRnr:
-      return rnr_exhausted(qp, w, reply.rnr_timer, now) ? Outcome::kCompleted : Outcome::kBlocked;
+      return rnr_exhausted(qp, w, reply.rnr_timer, Clock::now()) ? Outcome::kCompleted
+                                                                 : Outcome::kBlocked;
     case Kind::kNoAnswer:
-      return retries_exhausted(qp, w, now) ? Outcome::kCompleted : Outcome::kBlocked;
+      return retries_exhausted(qp, w, Clock::now()) ? Outcome::kCompleted : Outcome::kBlocked;
   }
   return Outcome::kCompleted;
 }

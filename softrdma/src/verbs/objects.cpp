@@ -14,11 +14,21 @@ int eventfd_for_channel() {
 }
 
 PeerArena& self_peer() {
-  // Re-resolved per call: a forked child has a new identity and arena.
-  static thread_local std::shared_ptr<PeerArena> cached;
-  if (!cached || !(cached->owner() == self_process()))
-    cached = map_peer_arena(self_process(), Arena::self().fd());
-  return *cached;
+  // Cached for the process (a thread_local in a shared library costs a __tls_get_addr per
+  // call); a forked child, whose identity differs, maps its own arena, before it has threads.
+  static std::atomic<PeerArena*> cached{nullptr};
+  PeerArena* peer = cached.load(std::memory_order_acquire);
+  if (peer && peer->owner() == self_process()) return *peer;
+  static auto& mutex = *new std::mutex;  // never destroyed: helper threads may outlive exit()
+  static auto& kept = *new std::shared_ptr<PeerArena>;
+  std::lock_guard lock(mutex);
+  peer = cached.load(std::memory_order_acquire);
+  if (!peer || !(peer->owner() == self_process())) {
+    kept = map_peer_arena(self_process(), Arena::self().fd());
+    peer = kept.get();
+    cached.store(peer, std::memory_order_release);
+  }
+  return *peer;
 }
 
 std::mutex& local_qp_walk_mutex() {
