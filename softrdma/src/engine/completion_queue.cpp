@@ -53,6 +53,21 @@ bool cq_push(PeerArena& owner, CqShared* cq, const CqEntry& entry, bool solicite
   return true;
 }
 
+void cq_purge_qp(CqShared* cq, uint32_t qpn) {
+  ProcessLockGuard guard(cq->producer_lock);  // no producer appends meanwhile
+  const uint64_t head = cq->head.load(std::memory_order_acquire);
+  const uint64_t tail = cq->tail.load(std::memory_order_relaxed);
+  const uint64_t mask = cq->capacity - 1;
+  // Kept entries slide toward the tail, so the ring's newest end stays where producers
+  // write; the head then skips what was removed.
+  uint64_t kept_from = tail;
+  for (uint64_t i = tail; i-- > head;) {
+    const CqEntry e = cq->entries()[i & mask];
+    if (e.qp_num != qpn) cq->entries()[--kept_from & mask] = e;
+  }
+  cq->head.store(kept_from, std::memory_order_release);
+}
+
 int cq_take(CqShared* cq, CqEntry* out, int max) {
   int n = 0;
   while (n < max) {

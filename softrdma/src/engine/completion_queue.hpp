@@ -20,6 +20,11 @@ bool cq_push(PeerArena& owner, CqShared* cq, const CqEntry& entry, bool solicite
 /// Takes up to `max` completions (owner only; safe between the owner's threads).
 int cq_take(CqShared* cq, CqEntry* out, int max);
 
+/// Removes the completions of QP `qpn` that are not yet polled, keeping the others in
+/// order (a QP moved to RESET leaves nothing behind, as on a NIC). Owner only; concurrent
+/// polls of the same CQ are the caller's race, as with a NIC's driver.
+void cq_purge_qp(CqShared* cq, uint32_t qpn);
+
 /// Raises an asynchronous event in the owner's context.
 void async_push(PeerArena& owner, uint64_t context_offset, ibv_event_type type, uint64_t handle);
 

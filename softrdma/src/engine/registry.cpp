@@ -148,6 +148,19 @@ void wait_for_users(std::atomic<uint32_t>& users) {
     if (i > 100) std::this_thread::sleep_for(microseconds(50));
   }
 }
+
+// What a region slot says about the memory (everything but its owner and key).
+void describe_region(MrSlot& s, uint32_t pd_id, uint32_t access, uint64_t iova, uint64_t length,
+                     uint64_t host_addr, const SharedPages* pages) {
+  s.pd_id = pd_id;
+  s.access = access;
+  s.iova = iova;
+  s.length = length;
+  s.host_addr = host_addr;
+  s.memfd = pages ? pages->fd : -1;
+  s.memfd_serial = pages ? pages->serial : 0;
+  s.memfd_offset = pages ? pages->offset : 0;
+}
 }  // namespace
 
 void Registry::release_qpn(uint32_t qpn) {
@@ -166,14 +179,7 @@ uint32_t Registry::claim_mr(uint32_t pd_id, uint32_t access, uint64_t iova, uint
   const ProcessId& me = self_process();
   s->pid = me.pid;
   s->start_time = me.start_time;
-  s->pd_id = pd_id;
-  s->access = access;
-  s->iova = iova;
-  s->length = length;
-  s->host_addr = host_addr;
-  s->memfd = pages ? pages->fd : -1;
-  s->memfd_serial = pages ? pages->serial : 0;
-  s->memfd_offset = pages ? pages->offset : 0;
+  describe_region(*s, pd_id, access, iova, length, host_addr, pages);
   const uint32_t key = (random_tag() << kMrIndexBits) | index;
   s->key.store(key, std::memory_order_relaxed);
   s->state.store(static_cast<uint32_t>(SlotState::kLive), std::memory_order_release);
@@ -186,6 +192,19 @@ void Registry::release_mr(uint32_t key) {
   s->key.store(0, std::memory_order_seq_cst);
   wait_for_users(mr_users(key));
   s->state.store(static_cast<uint32_t>(SlotState::kFree), std::memory_order_release);
+}
+
+bool Registry::update_mr(uint32_t key, uint32_t pd_id, uint32_t access, uint64_t iova,
+                         uint64_t length, uint64_t host_addr, const SharedPages* pages) {
+  MrSlot* s = mr_slot(key);
+  if (!s || s->key.load() != key) return false;
+  // Unpublished while it changes: an access meanwhile fails its key check, never sees a
+  // mix of old and new attributes.
+  s->key.store(0, std::memory_order_seq_cst);
+  wait_for_users(mr_users(key));
+  describe_region(*s, pd_id, access, iova, length, host_addr, pages);
+  s->key.store(key, std::memory_order_release);
+  return true;
 }
 
 MrSlot* Registry::mr_slot(uint32_t key) {

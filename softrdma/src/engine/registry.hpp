@@ -81,6 +81,10 @@ class Registry {
                     uint64_t host_addr, const SharedPages* pages);
   /// Unpublishes `key` and waits until no peer is inside the region any more.
   void release_mr(uint32_t key);
+  /// ibv_rereg_mr: the region `key` takes the new attributes under the same key (peers
+  /// holding the rkey keep using it); false when `key` is not live.
+  bool update_mr(uint32_t key, uint32_t pd_id, uint32_t access, uint64_t iova, uint64_t length,
+                 uint64_t host_addr, const SharedPages* pages);
   /// The slot of `key`, or nullptr when the key is malformed. The caller checks liveness.
   MrSlot* mr_slot(uint32_t key);
   /// The users counter of the slot `key` names (key not 0).

@@ -132,15 +132,13 @@ SOFTRDMA_EXPORT int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, 
   const uint64_t new_iova =
       (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? reinterpret_cast<uint64_t>(new_addr) : m->iova;
   const auto pages = share_pages(new_addr, new_len);
-  const uint32_t key =
-      reg.claim_mr(new_pd->id, new_access, new_iova, new_len, reinterpret_cast<uint64_t>(new_addr),
-                   pages ? &*pages : nullptr);
-  if (!key) {
+  // The keys stay (as on mlx5 and rxe): a peer holding the rkey reaches the region as it is now.
+  if (!reg.update_mr(mr->lkey, new_pd->id, new_access, new_iova, new_len,
+                     reinterpret_cast<uint64_t>(new_addr), pages ? &*pages : nullptr)) {
     if (pages) unshare_pages(new_addr, new_len);
-    errno = ENOMEM;
-    return IBV_REREG_MR_ERR_DONT_FORK_NEW;
+    errno = EINVAL;
+    return IBV_REREG_MR_ERR_INPUT;
   }
-  reg.release_mr(mr->lkey);
   if (m->moved_pages) unshare_pages(mr->addr, mr->length);
   m->moved_pages = pages.has_value();
   if (new_pd != m->owner_pd) {
@@ -153,8 +151,6 @@ SOFTRDMA_EXPORT int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, 
   mr->pd = &new_pd->pd;
   mr->addr = new_addr;
   mr->length = new_len;
-  mr->handle = key;
-  mr->lkey = mr->rkey = key;
   return 0;
 }
 

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "common/export.hpp"
+#include "engine/completion_queue.hpp"
 #include "engine/requester.hpp"
 #include "engine/responder.hpp"
 #include "verbs/device_limits.hpp"
@@ -140,6 +141,7 @@ void apply(Qp& q, const ibv_qp_attr& a, int mask) {
 void reset(Qp& q) {
   std::lock_guard lock(q.sq_mutex);
   q.blocked.clear();
+  q.inflight.clear();  // answers still on their way are dropped as stale
   q.retired_seq.store(q.next_seq);
   q.peer = TargetQp{};
   q.shared->peer_psn_end.store(0);
@@ -147,6 +149,9 @@ void reset(Qp& q) {
     ProcessLockGuard guard(q.rq->lock);
     q.rq->head = q.rq->tail;
   }
+  const uint32_t qpn = q.qpx.qp_base.qp_num;
+  if (q.send_cq) cq_purge_qp(q.send_cq->shared, qpn);
+  if (q.recv_cq && q.recv_cq != q.send_cq) cq_purge_qp(q.recv_cq->shared, qpn);
 }
 
 }  // namespace
