@@ -1,0 +1,93 @@
+// rdma-core's own Python test suite (Debian's python3-pyverbs ships it, gzipped, under
+// /usr/share/doc/rdma-core/tests), unmodified, on softrdma: no failure and no error.
+// The summary and every distinct skip reason are printed, so what is still skipped shows.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <string>
+
+#include "support/subprocess.hpp"
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kShippedSuite = "/usr/share/doc/rdma-core/tests";
+// Debian's interpreter: pyverbs is built for it, not for another python3 on PATH.
+constexpr const char* kPython = "/usr/bin/python3";
+
+struct SuiteResult {
+  int passed = 0, failed = 0, errors = 0, skipped = 0;
+  std::map<std::string, int> skip_reasons;
+};
+
+// unittest's verbose lines: "name (module.Class.name) ... ok|skipped 'why'|ERROR|FAIL"; the
+// docstring of a test may put the verdict on a line of its own.
+SuiteResult parse(const std::string& output) {
+  SuiteResult r;
+  // Python quotes a reason with an apostrophe in double quotes.
+  static const std::regex verdict(R"(\.\.\. (ok|ERROR|FAIL|skipped ['"](.*)['"])\s*$)");
+  std::istringstream lines(output);
+  for (std::string line; std::getline(lines, line);) {
+    std::smatch m;
+    if (!std::regex_search(line, m, verdict)) continue;
+    if (m[1] == "ok")
+      ++r.passed;
+    else if (m[1] == "ERROR")
+      ++r.errors;
+    else if (m[1] == "FAIL")
+      ++r.failed;
+    else
+      ++r.skipped, ++r.skip_reasons[m[2].str().substr(0, 100)];
+  }
+  return r;
+}
+
+class RdmaCoreSuite : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fs::exists(fs::path(kShippedSuite) / "run_tests.py.gz") &&
+        !fs::exists(fs::path(kShippedSuite) / "run_tests.py"))
+      GTEST_SKIP() << "rdma-core's tests are not installed (Debian: python3-pyverbs)";
+    char pattern[] = "/tmp/rdma-core-suite-XXXXXX";
+    ASSERT_NE(mkdtemp(pattern), nullptr);
+    dir_ = pattern;
+    // Imported as the package "tests", as upstream runs it.
+    const auto copy = rdmakit::testing::run({"sh", "-c",
+                                             std::string("cp -r ") + kShippedSuite + " '" + dir_ +
+                                                 "/tests' && gunzip -f '" + dir_ + "'/tests/*.gz"},
+                                            60s);
+    ASSERT_TRUE(copy.ok()) << copy.describe();
+  }
+  void TearDown() override {
+    if (!dir_.empty()) fs::remove_all(dir_);
+  }
+  std::string dir_;
+};
+
+TEST_F(RdmaCoreSuite, RunsWithoutFailuresOrErrors) {
+  const auto suite = rdmakit::testing::run(
+      {SOFTRDMA_RUN, kPython, dir_ + "/tests/run_tests.py", "--dev", "softrdma0", "-v"}, 600s);
+  ASSERT_FALSE(suite.timed_out) << suite.output.substr(
+      suite.output.size() > 4000 ? suite.output.size() - 4000 : 0);
+  const SuiteResult r = parse(suite.output);
+  std::cout << "rdma-core suite on softrdma: " << r.passed << " passed, " << r.failed << " failed, "
+            << r.errors << " errors, " << r.skipped << " skipped\n";
+  for (const auto& [reason, count] : r.skip_reasons)
+    std::cout << "  skipped " << count << "x: " << reason << "\n";
+  RecordProperty("passed", r.passed);
+  RecordProperty("skipped", r.skipped);
+  EXPECT_GT(r.passed, 0) << suite.output;
+  EXPECT_EQ(r.failed, 0) << suite.output;
+  EXPECT_EQ(r.errors, 0) << suite.output;
+  EXPECT_TRUE(suite.ok()) << suite.describe();
+}
+
+}  // namespace
