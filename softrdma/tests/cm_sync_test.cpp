@@ -218,5 +218,84 @@ TEST(CmSync, EventsOfSynchronousCallsStayOnTheId) {
   EXPECT_TRUE(starts_with(view.private_data, welcome));
 }
 
+// ---------------------------------------------------------------------------------------------
+// RDMA_MAX_RESP_RES / RDMA_MAX_INIT_DEPTH (0xFF) ask for the device's maximum; other values
+// above it are refused before anything is sent.
+
+TEST(CmSync, MaximumReadAndAtomicDepthsAskForTheDevicesLimit) {
+  Watchdog watchdog(kWatchdog, "CmSync.MaximumReadAndAtomicDepthsAskForTheDevicesLimit");
+  ibv_qp_init_attr child_attr = endpoint_qp_attr();
+  uint16_t port = 0;
+  rdma_cm_id* listen_id = listening_endpoint(&port, &child_attr);
+  ASSERT_NE(listen_id, nullptr);
+  rdma_conn_param most = conn_param({});
+  most.responder_resources = RDMA_MAX_RESP_RES;
+  most.initiator_depth = RDMA_MAX_INIT_DEPTH;
+
+  std::thread server([&] {
+    rdma_cm_id* id = nullptr;
+    ASSERT_EQ(rdma_get_request(listen_id, &id), 0) << std::strerror(errno);
+    rdma_conn_param accept = most;
+    EXPECT_EQ(rdma_accept(id, &accept), 0) << std::strerror(errno);
+    rdma_disconnect(id);
+    rdma_destroy_ep(id);
+  });
+  rdma_addrinfo* res = address_info(port, false);
+  ASSERT_NE(res, nullptr);
+  ibv_qp_init_attr attr = endpoint_qp_attr();
+  rdma_cm_id* id = nullptr;
+  ASSERT_EQ(rdma_create_ep(&id, res, nullptr, &attr), 0) << std::strerror(errno);
+  rdma_freeaddrinfo(res);
+  ibv_device_attr device{};
+  ASSERT_EQ(ibv_query_device(id->verbs, &device), 0);
+  rdma_conn_param too_many = conn_param({});
+  too_many.initiator_depth = static_cast<uint8_t>(device.max_qp_init_rd_atom + 1);
+  EXPECT_EQ(rdma_connect(id, &too_many), -1);
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_EQ(rdma_connect(id, &most), 0) << std::strerror(errno);
+  ibv_qp_attr qp{};
+  ibv_qp_init_attr init{};
+  ASSERT_EQ(ibv_query_qp(id->qp, &qp, IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MAX_DEST_RD_ATOMIC, &init),
+            0);
+  EXPECT_EQ(qp.max_rd_atomic, device.max_qp_init_rd_atom);
+  EXPECT_EQ(qp.max_dest_rd_atomic, device.max_qp_rd_atom);
+  server.join();
+  rdma_disconnect(id);
+  rdma_destroy_ep(id);
+  rdma_destroy_ep(listen_id);
+}
+
+// ---------------------------------------------------------------------------------------------
+// rdma_getaddrinfo without node or service takes the addresses the hints carry.
+
+TEST(CmSync, GetaddrinfoWithoutANameTakesTheHintsAddresses) {
+  sockaddr_in src{}, dst{};
+  src.sin_family = dst.sin_family = AF_INET;
+  src.sin_addr.s_addr = dst.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  src.sin_port = htons(7001);
+  dst.sin_port = htons(7002);
+  rdma_addrinfo hints{};
+  hints.ai_port_space = RDMA_PS_TCP;
+  hints.ai_src_addr = reinterpret_cast<sockaddr*>(&src);
+  hints.ai_src_len = sizeof src;
+  hints.ai_dst_addr = reinterpret_cast<sockaddr*>(&dst);
+  hints.ai_dst_len = sizeof dst;
+  rdma_addrinfo* res = nullptr;
+  ASSERT_EQ(rdma_getaddrinfo(nullptr, nullptr, &hints, &res), 0) << std::strerror(errno);
+  ASSERT_NE(res, nullptr);
+  EXPECT_EQ(res->ai_family, AF_INET);
+  ASSERT_TRUE(res->ai_src_addr && res->ai_dst_addr);
+  EXPECT_EQ(std::memcmp(res->ai_src_addr, &src, sizeof src), 0);
+  EXPECT_EQ(std::memcmp(res->ai_dst_addr, &dst, sizeof dst), 0);
+  rdma_freeaddrinfo(res);
+
+  rdma_addrinfo nothing{};
+  res = nullptr;
+  EXPECT_EQ(rdma_getaddrinfo(nullptr, nullptr, &nothing, &res), -1);
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_EQ(rdma_getaddrinfo(nullptr, nullptr, nullptr, &res), -1);
+  EXPECT_EQ(errno, EINVAL);
+}
+
 }  // namespace
 }  // namespace softrdma_test

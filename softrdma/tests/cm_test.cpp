@@ -917,11 +917,13 @@ TEST_F(CmMisc, BindSpecificWildcardAndEphemeral) {
   EXPECT_NE(port, 0) << "port 0 takes an ephemeral port";
   EXPECT_NE(specific->verbs, nullptr) << "a specific address names the device";
   EXPECT_EQ(ibv_get_device_name(specific->verbs->device), std::string(kDeviceName));
+  EXPECT_NE(specific->pd, nullptr) << "bound to the device, the id has its default PD";
 
   sockaddr_in any{};
   any.sin_family = AF_INET;
   ASSERT_EQ(rdma_bind_addr(wildcard, as_sockaddr(&any)), 0) << std::strerror(errno);
   EXPECT_EQ(wildcard->verbs, nullptr) << "the wildcard leaves the device to the connection";
+  EXPECT_EQ(wildcard->pd, nullptr);
   EXPECT_NE(rdma_get_src_port(wildcard), 0);
 
   ASSERT_EQ(rdma_listen(specific, 4), 0);

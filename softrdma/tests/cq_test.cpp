@@ -27,6 +27,23 @@ TEST_F(CqTest, CreateChecksTheNumberOfEntries) {
   EXPECT_GE(small->cqe, 3);
 }
 
+// UCX and MPI ask for 256 Ki entries by default.
+TEST_F(CqTest, AsLargeAsConsumersAskFor) {
+  CqPtr cq(ibv_create_cq(ctx(), 256 * 1024, nullptr, nullptr, 0));
+  ASSERT_NE(cq, nullptr) << std::strerror(errno);
+  EXPECT_GE(cq->cqe, 256 * 1024);
+}
+
+// A ring never moves (peers address it by offset): it grows within what it reserved.
+TEST_F(CqTest, ResizeGrowsWithinTheRingsReserveOnly) {
+  CqPtr cq(ibv_create_cq(ctx(), 100, nullptr, nullptr, 0));
+  ASSERT_NE(cq, nullptr);
+  EXPECT_EQ(ibv_resize_cq(cq.get(), 60000), 0);
+  EXPECT_GE(cq->cqe, 60000);
+  EXPECT_EQ(ibv_resize_cq(cq.get(), 70000), ENOMEM);
+  EXPECT_GE(cq->cqe, 60000) << "a refused resize leaves the CQ as it was";
+}
+
 TEST_F(CqTest, DestroyWhileAQpUsesItIsEbusy) {
   ASSERT_NO_FATAL_FAILURE(ConnectPair());
   EXPECT_EQ(DestroyCqNow(p_.cq_a), EBUSY);

@@ -47,6 +47,28 @@ TEST_F(QpStateTest, RcResetToInitNeedsExactlyItsAttributes) {
   EXPECT_EQ(qp->state, IBV_QPS_INIT);
 }
 
+// The port is RoCE: like a RoCE NIC, RTR refuses a path without a GRH (on one host it
+// would work and fail only later, across hosts).
+TEST_F(QpStateTest, RcRtrWithoutAGrhIsEinvalOnTheRocePort) {
+  ibv_qp* qp = NewRcQp();
+  ASSERT_NE(qp, nullptr);
+  ASSERT_EQ(rc_to_init(qp, kRemoteAccess), 0);
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_RTR;
+  a.path_mtu = IBV_MTU_1024;
+  a.dest_qp_num = qp->qp_num;
+  a.max_dest_rd_atomic = 1;
+  a.min_rnr_timer = 12;
+  a.ah_attr = global_ah_attr(gid0());
+  a.ah_attr.is_global = 0;
+  constexpr int kMask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                        IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+  EXPECT_EQ(ibv_modify_qp(qp, &a, kMask), EINVAL);
+  EXPECT_EQ(qp_state(qp), IBV_QPS_INIT);
+  a.ah_attr.is_global = 1;
+  EXPECT_EQ(ibv_modify_qp(qp, &a, kMask), 0);
+}
+
 TEST_F(QpStateTest, UdResetToInitNeedsExactlyItsAttributes) {
   ibv_qp* qp = NewQp(IBV_QPT_UD, cq_, cq_);
   ASSERT_NE(qp, nullptr);

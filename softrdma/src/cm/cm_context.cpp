@@ -32,6 +32,12 @@ ibv_pd* default_pd(ibv_context* ctx) {
   return pd;
 }
 
+void attach_to_device(rdma_cm_id* id) {
+  id->verbs = cm_context();
+  id->port_num = 1;
+  if (id->verbs && !id->pd) id->pd = default_pd(id->verbs);
+}
+
 void gid_of(const sockaddr* addr, uint8_t gid[16]) {
   std::memset(gid, 0, 16);
   if (!addr || addr->sa_family != AF_INET) return;

@@ -16,6 +16,9 @@ namespace softrdma::cm {
 ibv_context* cm_context();
 /// The PD rdma_create_qp uses when the application passes none.
 ibv_pd* default_pd(ibv_context* ctx);
+/// Binds `id` to the device, as librdmacm does once an address names it: verbs, port and
+/// the device's default PD (programs use id->pd before they create a QP).
+void attach_to_device(rdma_cm_id* id);
 
 /// GID index of the id's source address in the device's GID table (0 if not found).
 uint8_t local_gid_index(const CmId* id);

@@ -97,14 +97,13 @@ void on_request(Engine& e, int fd, CmId* listener, const CmMsg& m) {
     return;
   }
   auto* child = new CmId();
-  child->id.verbs = cm_context();
   child->id.channel = listener->id.channel;
   child->channel = listener->channel;
   child->synchronous = listener->synchronous;
   child->id.context = listener->id.context;
   child->id.ps = listener->id.ps;
   child->id.qp_type = listener->id.qp_type;
-  child->id.port_num = 1;
+  attach_to_device(&child->id);
   child->sock = fd;
   child->listener = listener;
   child->peer = m;

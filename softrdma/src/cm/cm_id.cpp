@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -34,9 +35,32 @@ bool is_ud(const CmId* id) {
   return id->id.ps == RDMA_PS_UDP;
 }
 
+// The device's limit on RDMA READs and atomics in flight per QP (either direction).
+int device_rd_atomic() {
+  static const int max = [] {
+    ibv_device_attr a{};
+    ibv_context* ctx = cm_context();
+    return ctx && ibv_query_device(ctx, &a) == 0 ? std::min(a.max_qp_rd_atom, a.max_qp_init_rd_atom)
+                                                 : 1;
+  }();
+  return max;
+}
+
+// RDMA_MAX_RESP_RES and RDMA_MAX_INIT_DEPTH (0xFF) ask for the device's maximum.
+uint8_t rd_atomic(uint8_t asked) {
+  static_assert(RDMA_MAX_RESP_RES == 0xFF && RDMA_MAX_INIT_DEPTH == 0xFF);
+  return asked == RDMA_MAX_RESP_RES ? static_cast<uint8_t>(device_rd_atomic()) : asked;
+}
+
+// Other values above the device's maximum are refused, as by librdmacm.
+bool valid_rd_atomic(const rdma_conn_param* p) {
+  return !p || (rd_atomic(p->responder_resources) <= device_rd_atomic() &&
+                rd_atomic(p->initiator_depth) <= device_rd_atomic());
+}
+
 void fill_local_params(CmMsg& m, const rdma_conn_param* p, int limit) {
-  m.responder_resources = p ? p->responder_resources : 1;
-  m.initiator_depth = p ? p->initiator_depth : 1;
+  m.responder_resources = p ? rd_atomic(p->responder_resources) : 1;
+  m.initiator_depth = p ? rd_atomic(p->initiator_depth) : 1;
   m.retry_count = p ? p->retry_count : 7;
   m.rnr_retry_count = p ? p->rnr_retry_count : 7;
   m.flow_control = p ? p->flow_control : 1;
@@ -146,10 +170,7 @@ SOFTRDMA_EXPORT int rdma_bind_addr(rdma_cm_id* cm_id, sockaddr* addr) {
   id->sock = fd;
   socklen_t len = sizeof cm_id->route.addr.src_storage;
   getsockname(fd, &cm_id->route.addr.src_addr, &len);
-  if (!is_wildcard(addr)) {
-    cm_id->verbs = cm_context();
-    cm_id->port_num = 1;
-  }
+  if (!is_wildcard(addr)) attach_to_device(cm_id);
   id->state = IdState::kBound;
   return 0;
 }
@@ -190,8 +211,7 @@ SOFTRDMA_EXPORT int rdma_resolve_addr(rdma_cm_id* cm_id, sockaddr* src, sockaddr
     }
     close(probe);
     if (routed) {
-      cm_id->verbs = cm_context();
-      cm_id->port_num = 1;
+      attach_to_device(cm_id);
       id->state = IdState::kAddrResolved;
       post_event(id, RDMA_CM_EVENT_ADDR_RESOLVED, 0);
     } else {
@@ -233,6 +253,7 @@ SOFTRDMA_EXPORT int rdma_connect(rdma_cm_id* cm_id, rdma_conn_param* param) {
   CmId* id = to_id(cm_id);
   const bool ud = is_ud(id);
   if (param && param->private_data_len > (ud ? kSidrReqPrivate : kReqPrivate)) return fail(EINVAL);
+  if (!valid_rd_atomic(param)) return fail(EINVAL);
   {
     std::lock_guard lock(cm_mutex());
     if (id->state != IdState::kRouteResolved) return fail(EINVAL);
@@ -265,6 +286,7 @@ SOFTRDMA_EXPORT int rdma_accept(rdma_cm_id* cm_id, rdma_conn_param* param) {
   CmId* id = to_id(cm_id);
   const bool ud = is_ud(id);
   if (param && param->private_data_len > (ud ? kSidrRepPrivate : kRepPrivate)) return fail(EINVAL);
+  if (!valid_rd_atomic(param)) return fail(EINVAL);
   {
     std::lock_guard lock(cm_mutex());
     if (id->state != IdState::kRequested) return fail(EINVAL);

@@ -34,37 +34,51 @@ sockaddr* copy_addr(const sockaddr* a, socklen_t len) {
 
 SOFTRDMA_EXPORT int rdma_getaddrinfo(const char* node, const char* service,
                                      const rdma_addrinfo* hints, rdma_addrinfo** res) {
-  if (!res || (!node && !service)) return fail(EINVAL);
+  if (!res) return fail(EINVAL);
+  // Without a name, librdmacm takes the addresses the hints carry.
+  const bool from_hints = !node && !service;
+  if (from_hints && !(hints && (hints->ai_src_addr || hints->ai_dst_addr))) return fail(EINVAL);
   const int flags = hints ? hints->ai_flags : 0;
   const bool passive = flags & RAI_PASSIVE;
-  addrinfo want{};
-  want.ai_family = AF_INET;
-  want.ai_socktype = SOCK_STREAM;
-  want.ai_flags = (passive ? AI_PASSIVE : 0) | ((flags & RAI_NUMERICHOST) ? AI_NUMERICHOST : 0);
   addrinfo* found = nullptr;
-  if (int rc = getaddrinfo(node, service, &want, &found)) {
-    errno = rc == EAI_SYSTEM ? errno : ENOENT;
-    return rc == EAI_NONAME ? -1 : -1;
+  if (!from_hints) {
+    addrinfo want{};
+    want.ai_family = AF_INET;
+    want.ai_socktype = SOCK_STREAM;
+    want.ai_flags = (passive ? AI_PASSIVE : 0) | ((flags & RAI_NUMERICHOST) ? AI_NUMERICHOST : 0);
+    if (int rc = getaddrinfo(node, service, &want, &found)) {
+      errno = rc == EAI_SYSTEM ? errno : ENOENT;
+      return -1;
+    }
   }
   auto* ai = static_cast<rdma_addrinfo*>(std::calloc(1, sizeof(rdma_addrinfo)));
   ai->ai_flags = flags;
-  ai->ai_family = AF_INET;
   ai->ai_qp_type = hints && hints->ai_qp_type ? hints->ai_qp_type : IBV_QPT_RC;
   ai->ai_port_space = hints && hints->ai_port_space ? hints->ai_port_space : RDMA_PS_TCP;
   if (ai->ai_port_space == RDMA_PS_UDP && !(hints && hints->ai_qp_type))
     ai->ai_qp_type = IBV_QPT_UD;
-  if (passive) {
-    ai->ai_src_len = found->ai_addrlen;
-    ai->ai_src_addr = copy_addr(found->ai_addr, found->ai_addrlen);
-  } else {
-    ai->ai_dst_len = found->ai_addrlen;
-    ai->ai_dst_addr = copy_addr(found->ai_addr, found->ai_addrlen);
-    if (hints && hints->ai_src_addr) {
-      ai->ai_src_len = hints->ai_src_len;
-      ai->ai_src_addr = copy_addr(hints->ai_src_addr, hints->ai_src_len);
-    }
+  if (found) {
+    // The name is the source of a passive side and the destination of an active one.
+    socklen_t& len = passive ? ai->ai_src_len : ai->ai_dst_len;
+    sockaddr*& addr = passive ? ai->ai_src_addr : ai->ai_dst_addr;
+    len = found->ai_addrlen;
+    addr = copy_addr(found->ai_addr, found->ai_addrlen);
+    freeaddrinfo(found);
   }
-  freeaddrinfo(found);
+  if (hints && hints->ai_src_addr && !ai->ai_src_addr) {
+    ai->ai_src_len = hints->ai_src_len;
+    ai->ai_src_addr = copy_addr(hints->ai_src_addr, hints->ai_src_len);
+  }
+  if (hints && hints->ai_dst_addr && !ai->ai_dst_addr && !passive) {
+    ai->ai_dst_len = hints->ai_dst_len;
+    ai->ai_dst_addr = copy_addr(hints->ai_dst_addr, hints->ai_dst_len);
+  }
+  const sockaddr* named = ai->ai_src_addr ? ai->ai_src_addr : ai->ai_dst_addr;
+  if (!named) {  // a passive lookup whose hints carry only a destination
+    rdma_freeaddrinfo(ai);
+    return fail(EINVAL);
+  }
+  ai->ai_family = named->sa_family;
   *res = ai;
   return 0;
 }

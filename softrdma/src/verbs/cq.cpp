@@ -1,4 +1,5 @@
 // Completion queues: create, resize, destroy, poll and arm.
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstring>
@@ -14,10 +15,10 @@ using namespace softrdma;
 
 namespace {
 
-// Every ring reserves room for the largest CQ, so resizing never moves it: peers keep
-// reaching it at the offset they learnt.
-constexpr uint32_t kRingReserve = limits::kMaxCqe + 1;
-static_assert(std::has_single_bit(kRingReserve));
+// A ring reserves room for at least this many entries (or its own size, if larger), so
+// resizing within it never moves it: peers keep reaching it at the offset they learnt.
+constexpr uint32_t kMinRingReserve = 65536;
+static_assert(std::has_single_bit(kMinRingReserve));
 
 void to_wc(const CqEntry& e, ibv_wc& wc) {
   wc.wr_id = e.wr_id;
@@ -104,7 +105,8 @@ SOFTRDMA_EXPORT ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_co
     return nullptr;
   }
   Arena& arena = Arena::self();
-  const uint64_t off = arena.allocate(cq_shared_bytes(kRingReserve));
+  const uint32_t reserve = std::max(kMinRingReserve, std::bit_ceil(static_cast<uint32_t>(cqe)));
+  const uint64_t off = arena.allocate(cq_shared_bytes(reserve));
   auto* cq = off ? new (std::nothrow) Cq() : nullptr;
   if (!cq) {
     if (off) arena.free(off);
@@ -112,6 +114,7 @@ SOFTRDMA_EXPORT ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_co
     return nullptr;
   }
   cq->offset = off;
+  cq->ring_reserve = reserve;
   cq->shared = arena.at<CqShared>(off);
   cq->shared->capacity = std::bit_ceil(static_cast<uint32_t>(cqe));
   cq->shared->channel_eventfd = channel ? channel->fd : -1;
@@ -137,6 +140,7 @@ SOFTRDMA_EXPORT int ibv_resize_cq(ibv_cq* cq, int cqe) {
   if (cqe < 1 || cqe > limits::kMaxCqe) return EINVAL;
   CqShared* s = to_cq(cq)->shared;
   const uint32_t capacity = std::bit_ceil(static_cast<uint32_t>(cqe));
+  if (capacity > to_cq(cq)->ring_reserve) return ENOMEM;  // the ring cannot move
   ProcessLockGuard guard(s->producer_lock);
   const uint64_t head = s->head.load(), tail = s->tail.load();
   if (tail - head > capacity) return EINVAL;

@@ -18,7 +18,7 @@ inline constexpr uint32_t kVendorPartId = 0;
 
 inline constexpr int kMaxQpWr = 16384;
 inline constexpr int kMaxSge = softrdma::kMaxSge;
-inline constexpr int kMaxCqe = 65535;
+inline constexpr int kMaxCqe = (1 << 22) - 1;  // as a ConnectX: consumers ask for 256 Ki
 inline constexpr int kMaxQpRdAtom = 16;
 inline constexpr uint32_t kMaxInline = 512;
 inline constexpr int kMaxSrqWr = 16384;
@@ -31,6 +31,6 @@ inline constexpr uint32_t kMtuBytes = 4096;
 inline constexpr uint32_t kUdGrhBytes = 40;
 
 static_assert(kMaxQpWr >= 8 && kMaxSge >= 2, "pyverbs derives random caps from these");
-static_assert(kMaxCqe + 1 <= 65536, "CQ rings are sized to the next power of two");
+static_assert(kMaxCqe + 1 <= (1 << 22), "CQ rings are sized to the next power of two");
 
 }  // namespace softrdma::limits

@@ -60,6 +60,7 @@ struct Channel;
 struct Cq {
   ibv_cq cq;
   uint64_t offset = 0;
+  uint32_t ring_reserve = 0;  // entries the ring has room for in the arena
   CqShared* shared = nullptr;
   Channel* channel = nullptr;
   std::atomic<uint32_t> users{0};  // QPs and SRQs that complete into this CQ

@@ -102,6 +102,9 @@ int check_values(const Qp& q, const ibv_qp_attr& a, int mask) {
   if ((mask & IBV_QP_DEST_QPN) && a.dest_qp_num >= (1u << 24)) return EINVAL;
   if (mask & IBV_QP_AV) {
     if (a.ah_attr.port_num != limits::kPortNum) return EINVAL;
+    // The port is Ethernet (RoCE): a path without a GRH has no address, and a RoCE NIC
+    // refuses it here rather than letting the program fail later across hosts.
+    if (!a.ah_attr.is_global) return EINVAL;
     if (a.ah_attr.is_global && a.ah_attr.grh.sgid_index >= q.ctx->gids.populated()) return EINVAL;
   }
   return 0;
