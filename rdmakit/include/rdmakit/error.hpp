@@ -60,8 +60,10 @@ class Error : public std::system_error {
 
 }  // namespace rdmakit
 
+/// @cond STD_SPECIALISATIONS (lets Errc convert to std::error_code; not part of the API)
 template <>
 struct std::is_error_code_enum<rdmakit::Errc> : std::true_type {};
+/// @endcond
 
 // Checks a precondition that only a programming mistake can break.
 #define RDMAKIT_REQUIRE(condition, message)  \

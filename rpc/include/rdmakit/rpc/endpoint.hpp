@@ -70,16 +70,22 @@ using Fill = FunctionRef<void(std::span<std::byte>)>;
 /// during the callback (or, in a coroutine, until it next suspends). On failure, `data` is
 /// empty and status.message says why.
 struct Response {
+  /// The value given to call(); 0 for the coroutine form.
   uint64_t user_data = 0;
+  /// The session the call went over.
   SessionId session;
+  /// ok, or why the call failed (from the server or from this side).
   Status status;
+  /// The response's bytes (empty on failure).
   std::span<const std::byte> data;
 };
 
 /// Identifies one call: a slot index and a generation, so that no late or repeated
 /// response can complete another call.
 struct CallId {
+  /// The session the call belongs to.
   SessionId session;
+  /// Slot index and generation of the call within its session.
   uint32_t value = 0;
   friend bool operator==(CallId, CallId) = default;
 };
@@ -87,8 +93,11 @@ struct CallId {
 /// The result of issuing a call: its id, or why it was not sent (Errc::would_block when the
 /// window or the send space is full; nothing was sent and user_data is still the caller's).
 struct CallResult {
+  /// The call, when it was issued.
   CallId id;
+  /// Why it was not issued (nothing was sent).
   std::error_code error;
+  /// True when the call was issued.
   bool ok() const noexcept { return !error; }
 };
 
@@ -98,10 +107,15 @@ class RequestToken {
  public:
   RequestToken() = default;
 
+  /// True while the token holds a request (not yet replied, not moved from).
   explicit operator bool() const noexcept { return held_.get().engine != nullptr; }
+  /// The request's bytes, where they arrived.
   std::span<const std::byte> data() const noexcept { return held_.get().data; }
+  /// The method the caller named.
   uint32_t method() const noexcept { return held_.get().method; }
+  /// The session the request came over.
   SessionId session() const noexcept { return held_.get().session; }
+  /// Bytes the caller reserved for the reply.
   uint32_t max_response() const noexcept { return held_.get().max_response; }
 
  private:
@@ -118,8 +132,11 @@ class RequestToken {
 /// the program. A handle destroyed without a reply answers the caller Code::cancelled.
 class RecvHandle {
  public:
+  /// The request's bytes, where they arrived (no copy).
   std::span<const std::byte> data() const noexcept { return held_.get().data; }
+  /// The method the caller named.
   uint32_t method() const noexcept { return held_.get().method; }
+  /// The session the request came over.
   SessionId session() const noexcept { return held_.get().session; }
   /// Bytes the caller reserved for the reply: a larger reply is refused.
   uint32_t max_response() const noexcept { return held_.get().max_response; }
@@ -149,10 +166,14 @@ class [[nodiscard]] CallAwaitable {
  public:
   CallAwaitable(const CallAwaitable&) = delete;
   CallAwaitable& operator=(const CallAwaitable&) = delete;
+  /// Cancels the call if it is still pending.
   ~CallAwaitable();
 
+  /// Issues the call; true only if it completed at once (e.g. the session is closed).
   bool await_ready() noexcept;
+  /// Suspends until the response (or until the window has room to issue it).
   void await_suspend(std::coroutine_handle<> waiting) noexcept;
+  /// The completed call.
   Response await_resume() noexcept { return result_; }
 
  private:
@@ -178,10 +199,16 @@ class [[nodiscard]] CallAwaitable {
 /// A response callback for calls made with user_data.
 using OnResponse = FunctionRef<void(const Response&)>;
 
+/// The common interface of Client and Server: calls, requests, replies and progress on
+/// any number of sessions, over any transport. One thread drives an endpoint (see the top
+/// of this header).
 class Endpoint {
  public:
+  /// Takes over the other endpoint's sessions and calls.
   Endpoint(Endpoint&&) noexcept;
+  /// Closes this endpoint's sessions, then takes over the other's.
   Endpoint& operator=(Endpoint&&) noexcept;
+  /// Closes every session: pending calls complete with Code::unavailable first.
   ~Endpoint();
 
   /// One round of progress (see the top of this header). Responses to calls made with
@@ -193,6 +220,7 @@ class Endpoint {
   /// Polls until something is handled or `timeout` passes; in Mode::blocking it sleeps
   /// after Options::spin. Returns the messages handled (0: timed out).
   int wait(std::chrono::microseconds timeout, OnResponse on_response);
+  /// As wait(timeout, on_response), with the callback given to on_response().
   int wait(std::chrono::microseconds timeout);
   /// The callback poll() and wait() use when not given one. Not from inside poll().
   void on_response(std::function<void(const Response&)> callback);
@@ -221,7 +249,9 @@ class Endpoint {
 
   /// Deferred replies (see RecvHandle).
   std::error_code reply(RequestToken&& token, std::span<const std::byte> response);
+  /// As reply(), building the reply of `size` bytes in place through `fill`.
   std::error_code reply_with(RequestToken&& token, size_t size, Fill fill);
+  /// Answers the held request with a failure status and `message`.
   std::error_code reply_error(RequestToken&& token, Code code, std::string_view message = {});
 
   /// Opens another session from this endpoint, to any server (see server.hpp for the URLs).
@@ -236,16 +266,20 @@ class Endpoint {
   /// Bytes the transports allocated for the open sessions on this side (rings, receive
   /// buffers), where they know it (RDMA RC); 0 otherwise.
   size_t session_memory_bytes() const noexcept;
+  /// True while `session` is one of this endpoint's open sessions.
   bool is_open(SessionId session) const noexcept;
   /// Closes a session: its pending calls complete with Code::unavailable.
   void close(SessionId session) noexcept;
   /// Calls in flight on a session (issued, response not yet handled).
   uint32_t in_flight(SessionId session) const noexcept;
 
+  /// The options the endpoint was made with.
   const Options& options() const noexcept;
 
  protected:
+  /// For Client and Server: an endpoint over a transport's engine.
   explicit Endpoint(std::unique_ptr<detail::Engine> engine) noexcept;
+  /// The engine, for Client and Server.
   detail::Engine& engine() const noexcept { return *engine_; }
 
  private:

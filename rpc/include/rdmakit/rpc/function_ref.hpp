@@ -13,9 +13,12 @@ template <typename Signature>
 class FunctionRef;
 
 template <typename R, typename... Args>
+/// A non-owning reference to a callable with signature R(Args...); the callable must
+/// outlive every call through it.
 class FunctionRef<R(Args...)> {
  public:
   template <typename F>
+  /// Refers to `f` (not copied).
   requires(!std::is_same_v<std::remove_cvref_t<F>, FunctionRef> &&
            std::is_invocable_r_v<R, F&, Args...>) FunctionRef(F&& f)
   noexcept  // NOLINT(google-explicit-constructor): used like a function
@@ -24,6 +27,7 @@ class FunctionRef<R(Args...)> {
           return (*static_cast<std::remove_reference_t<F>*>(object))(std::forward<Args>(args)...);
         }) {}
 
+  /// Calls the referenced callable.
   R operator()(Args... args) const { return call_(object_, std::forward<Args>(args)...); }
 
  private:

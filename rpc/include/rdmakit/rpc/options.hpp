@@ -19,7 +19,9 @@ enum class Mode : uint8_t { busy_poll, blocking };
 /// What happened to a session, reported through Options::on_session.
 enum class SessionEvent : uint8_t { opened, closed };
 
+/// How an endpoint behaves: progress mode, window and ring sizes, timeouts, callbacks.
 struct Options {
+  /// Busy-polling (default) or blocking progress in wait().
   Mode mode = Mode::busy_poll;
   /// Blocking mode: how long wait() polls before it sleeps.
   std::chrono::microseconds spin{50};

@@ -14,6 +14,7 @@
 
 namespace rdmakit::rpc {
 
+/// An endpoint that listens at a URL and admits a session per connecting client.
 class Server : public Endpoint {
  public:
   /// Listens; throws rdmakit::Error (Errc::bad_url, address in use, ...).

@@ -37,9 +37,12 @@ std::string_view code_name(Code code) noexcept;
 /// The outcome of one call. `message` explains a failure; it points into the response's
 /// bytes or at a static string and is valid as long as the response is.
 struct Status {
+  /// The outcome.
   Code code = Code::ok;
+  /// Why, for a failure (may be empty).
   std::string_view message;
 
+  /// True for Code::ok.
   bool ok() const noexcept { return code == Code::ok; }
 };
 
@@ -63,5 +66,7 @@ inline std::error_code make_error_code(Errc e) noexcept {
 
 }  // namespace rdmakit::rpc
 
+/// @cond STD_SPECIALISATIONS (lets Errc convert to std::error_code; not part of the API)
 template <>
 struct std::is_error_code_enum<rdmakit::rpc::Errc> : std::true_type {};
+/// @endcond
