@@ -15,6 +15,8 @@ struct rdma_cm_event;
 
 namespace rdmakit {
 
+/// Accepts connections made through the RDMA CM (rdma_listen); the handshake travels
+/// in the CM's private data.
 class CmAcceptor : public detail::LastFailure {
  public:
   /// Listens on address:port (port 0: ephemeral). Throws Error.
@@ -24,6 +26,7 @@ class CmAcceptor : public detail::LastFailure {
   CmAcceptor& operator=(const CmAcceptor&) = delete;
   ~CmAcceptor();
 
+  /// The port it listens on (the ephemeral one when 0 was asked).
   uint16_t port() const noexcept { return port_; }
   /// The CM event channel's fd: readable when a client is waiting (for event loops).
   int fd() const noexcept;
@@ -31,7 +34,9 @@ class CmAcceptor : public detail::LastFailure {
   /// Waits for a connection request and completes it (bounded by options.timeout once the
   /// request is there). Throws Error with the explanation.
   Connection accept();
+  /// As accept(), reporting a failure in `ec`.
   Connection accept(std::error_code& ec);
+  /// As accept(ec), giving up with Errc::timed_out if no request arrives within `wait`.
   Connection accept_for(std::chrono::milliseconds wait, std::error_code& ec);
 
  private:
@@ -48,11 +53,16 @@ class CmAcceptor : public detail::LastFailure {
   std::deque<rdma_cm_event*> waiting_;  ///< requests that arrived while another was served
 };
 
+/// Connects to a CmAcceptor through the RDMA CM (address and route resolution,
+/// rdma_connect).
 class CmConnector : public detail::LastFailure {
  public:
+  /// Connections share `resources` (opened with for_rdma_cm).
   explicit CmConnector(std::shared_ptr<Resources> resources, ConnectionOptions options = {});
 
+  /// Connects to host:port. Throws Error with the explanation.
   Connection connect(const std::string& host, uint16_t port);
+  /// As connect(host, port), reporting a failure in `ec`.
   Connection connect(const std::string& host, uint16_t port, std::error_code& ec);
 
  private:

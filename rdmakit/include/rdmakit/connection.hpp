@@ -29,8 +29,11 @@ struct rdma_event_channel;
 
 namespace rdmakit {
 
+/// What Resources::open() opens: which device, and the shared CQ.
 struct ResourceOptions {
+  /// Which device and port (Context::open()).
   OpenOptions device;
+  /// Entries of the shared CQ (clamped to the device).
   int cq_depth = 4096;
   /// Create the CQ with a completion channel (for Poller::wait and Asio).
   bool completion_channel = false;
@@ -41,24 +44,32 @@ struct ResourceOptions {
 /// What connections share. Always held through shared_ptr: every Connection keeps it alive.
 class Resources {
  public:
+  /// Opens the device, a PD and the shared CQ. Throws Error.
   static std::shared_ptr<Resources> open(const ResourceOptions& options = {});
 
+  /// The open device.
   Context context;
+  /// The PD every connection's QP and memory belong to.
   ProtectionDomain pd;
   std::unique_ptr<CompletionChannel> channel;  ///< null unless asked for
+  /// The CQ every connection's QP completes on.
   CompletionQueue cq;
+  /// True when the context is the one the RDMA CM hands out.
   bool for_rdma_cm;
 
  private:
   struct Token {};
 
  public:
+  /// Internal: use open(). (The token keeps construction to open().)
   Resources(Token, Context ctx, const ResourceOptions& options);
 };
 
+/// How a connector or acceptor makes each connection.
 struct ConnectionOptions {
   /// QP sizes and timers; clamped to the device (QpBuilder).
   QpCaps caps;
+  /// Transport timers of the QP.
   QpTimers timers;
   /// Sent to the peer during the handshake (TCP: up to 64 KiB; RDMA CM: private data limits,
   /// kCmConnectUserData when connecting, kCmAcceptUserData when accepting).
@@ -70,21 +81,34 @@ struct ConnectionOptions {
   std::shared_ptr<SharedReceiveQueue> srq;
 };
 
+/// A connected RC QP with what the handshake negotiated and the peer's user data; keeps
+/// its Resources alive. Move-only; destroying it disconnects (RDMA CM) and destroys the QP.
 class Connection {
  public:
+  /// An empty connection (converts to false).
   Connection() = default;
+  /// Takes over the other connection; it becomes empty.
   Connection(Connection&&) noexcept;
+  /// Closes this connection, then takes over the other.
   Connection& operator=(Connection&&) noexcept;
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
+  /// Disconnects and destroys the QP (and the CM id, for RDMA CM connections).
   ~Connection();
 
+  /// True when it holds a connected QP.
   explicit operator bool() const noexcept { return qp_.ready(); }
+  /// The connected QP.
   QueuePair& qp() noexcept { return qp_; }
+  /// The device, PD and CQ it uses.
   const Resources& resources() const noexcept { return *resources_; }
+  /// Shared ownership of the resources.
   const std::shared_ptr<Resources>& shared_resources() const noexcept { return resources_; }
+  /// What both sides agreed on (MTU, depths, inline size).
   const Negotiated& negotiated() const noexcept { return negotiated_; }
+  /// What the peer offered in the handshake.
   const HandshakeOffer& peer() const noexcept { return peer_; }
+  /// The user data the peer sent.
   const std::vector<std::byte>& peer_data() const noexcept { return peer_.user_data; }
   /// "RC QP 0x12 <-> 0x34, MTU 4096, rd_atomic 16, inline 64, via tcp 10.0.0.2:7471".
   std::string summary() const;

@@ -10,6 +10,7 @@
 
 namespace rdmakit {
 
+/// Accepts connections whose handshake travels over a TCP socket (as perftest's).
 class TcpAcceptor : public detail::LastFailure {
  public:
   /// Listens on address:port (port 0: an ephemeral one, see port()). Throws Error.
@@ -19,6 +20,7 @@ class TcpAcceptor : public detail::LastFailure {
   TcpAcceptor& operator=(const TcpAcceptor&) = delete;
   ~TcpAcceptor();
 
+  /// The port it listens on (the ephemeral one when 0 was asked).
   uint16_t port() const noexcept { return port_; }
   /// Readable when a client is waiting (for event loops).
   int fd() const noexcept { return fd_; }
@@ -38,12 +40,15 @@ class TcpAcceptor : public detail::LastFailure {
   uint16_t port_ = 0;
 };
 
+/// Connects to a TcpAcceptor: TCP connect, handshake, then the QP is connected.
 class TcpConnector : public detail::LastFailure {
  public:
+  /// Connections share `resources`.
   explicit TcpConnector(std::shared_ptr<Resources> resources, ConnectionOptions options = {});
 
   /// Connects to a TcpAcceptor. Throws Error with the explanation.
   Connection connect(const std::string& host, uint16_t port);
+  /// As connect(host, port), reporting a failure in `ec`.
   Connection connect(const std::string& host, uint16_t port, std::error_code& ec);
 
  private:
