@@ -21,8 +21,11 @@
 
 namespace rdmakit {
 
+/// Drives a Poller from an asio::io_context: waits on the completion channel and the
+/// poller's wake fd instead of spinning, so an idle io_context costs no CPU.
 class AsioPoller {
  public:
+  /// Runs `poller` (built with its CQ's completion channel) on `io`'s threads until destroyed.
   AsioPoller(asio::io_context& io, Poller& poller)
       : io_(io),
         poller_(poller),
@@ -31,7 +34,7 @@ class AsioPoller {
         timer_(io) {
     RDMAKIT_REQUIRE(poller.channel_fd() >= 0,
                     "AsioPoller needs a Poller built with its CQ's completion channel");
-    channel_.non_blocking(true);  ///< take_channel_event must never block the io_context
+    channel_.non_blocking(true);  // take_channel_event must never block the io_context
     poller_.on_pending(&AsioPoller::pending, this);
     asio::post(io_, [this] { round(); });
   }
@@ -39,7 +42,7 @@ class AsioPoller {
   AsioPoller& operator=(const AsioPoller&) = delete;
   ~AsioPoller() {
     poller_.on_pending(nullptr, nullptr);
-    /// The fds belong to the verbs library and the Poller.
+    // The fds belong to the verbs library and the Poller.
     channel_.release();
     wake_.release();
   }
@@ -49,7 +52,7 @@ class AsioPoller {
   /// operations have deadlines).
   void round() {
     scheduled_ = false;
-    if (!poller_.poll_and_arm()) {  ///< still busy: let other handlers run, then continue
+    if (!poller_.poll_and_arm()) {  // still busy: let other handlers run, then continue
       schedule();
       return;
     }

@@ -26,20 +26,27 @@ class Poller;
 
 /// What a receive delivered.
 struct Received {
+  /// Empty on success; the completion's status or Errc::canceled/timed_out.
   std::error_code error;
+  /// Bytes received.
   uint32_t byte_len = 0;
   std::optional<uint32_t> imm;  ///< for SEND_WITH_IMM and RDMA_WRITE_WITH_IMM
 };
 
 /// What an atomic returned: the remote value before the operation.
 struct AtomicResult {
+  /// Empty on success; else why the atomic failed.
   std::error_code error;
+  /// The remote value before the operation.
   uint64_t old_value = 0;
 };
 
+/// A connected QP driven by coroutines: each operation is an awaitable (see the top of
+/// this header). Not copyable or movable: awaiters point at it.
 class AsyncQueuePair {
  public:
   template <typename Op, typename Result>
+  /// What the operations return: co_await it for the result. Its state is the operation's.
   class Awaiter : public Op {
    public:
     /// `fill` sets up the work request of this very object (its address is final: awaiters
@@ -54,15 +61,21 @@ class AsyncQueuePair {
     }
     Awaiter(const Awaiter&) = delete;
     Awaiter& operator=(const Awaiter&) = delete;
+    /// Always suspends: the operation completes through the poller.
     bool await_ready() const noexcept { return false; }
+    /// Submits the operation (posted at once on an idle queue, else with the next batch).
     void await_suspend(std::coroutine_handle<> suspended) noexcept {
       this->waiter = suspended;
       this->qp->submit(this);
     }
+    /// The operation's outcome.
     Result await_resume() noexcept;
   };
+  /// Awaiter of a send-queue operation: its error code (empty on success).
   using SendAwaiter = Awaiter<detail::SendOperation, std::error_code>;
+  /// Awaiter of an atomic: the previous remote value.
   using AtomicAwaiter = Awaiter<detail::SendOperation, AtomicResult>;
+  /// Awaiter of a receive: what arrived.
   using RecvAwaiter = Awaiter<detail::RecvOperation, Received>;
 
   /// `qp` must be connected (RC) or activated (UD), its send and receive completions must go
@@ -73,25 +86,33 @@ class AsyncQueuePair {
   /// Destroying it with operations in flight is a programming error.
   ~AsyncQueuePair();
 
+  /// RDMA WRITE of `local` into `remote`.
   SendAwaiter write(LocalBuffer local, RemoteBuffer remote, OpOptions options = {}) noexcept;
+  /// RDMA READ of `remote` into `local`.
   SendAwaiter read(LocalBuffer local, RemoteBuffer remote, OpOptions options = {}) noexcept;
+  /// SEND of `local` into the peer's next receive.
   SendAwaiter send(LocalBuffer local, OpOptions options = {}) noexcept;
+  /// SEND with a 32-bit immediate the peer's receive completion carries.
   SendAwaiter send_with_imm(LocalBuffer local, uint32_t imm, OpOptions options = {}) noexcept;
+  /// RDMA WRITE that also consumes a peer receive, which carries `imm`.
   SendAwaiter write_with_imm(LocalBuffer local, RemoteBuffer remote, uint32_t imm,
                              OpOptions options = {}) noexcept;
   /// 8-byte atomics; the previous remote value lands in `result` (8 bytes) and is returned.
   AtomicAwaiter compare_swap(LocalBuffer result, RemoteBuffer target, uint64_t expected,
                              uint64_t desired, OpOptions options = {}) noexcept;
+  /// Atomically adds `add` to the 8 bytes at `target`.
   AtomicAwaiter fetch_add(LocalBuffer result, RemoteBuffer target, uint64_t add,
                           OpOptions options = {}) noexcept;
   /// A work request filled by the caller (any opcode, UD address included). Its scatter list
   /// must stay valid until the awaiter completes; wr_id, next and IBV_SEND_SIGNALED are ours.
   SendAwaiter post(const ibv_send_wr& wr, OpOptions options = {}) noexcept;
 
+  /// A receive into `local`, completed by the peer's next SEND.
   RecvAwaiter recv(LocalBuffer local, OpOptions options = {}) noexcept;
   /// A receive without buffer, for the immediate of an RDMA_WRITE_WITH_IMM.
   RecvAwaiter recv_imm(OpOptions options = {}) noexcept;
 
+  /// The QP it drives.
   QueuePair& queue_pair() const noexcept { return qp_; }
   /// Operations submitted and not yet completed (pending or posted).
   uint32_t in_flight() const noexcept { return in_flight_; }

@@ -16,6 +16,7 @@ namespace rdmakit {
 inline constexpr const char* kNoDeviceHint =
     "no RDMA device found; run it under softrdma-run to use the software device";
 
+/// Which device, port and GID Context::open() takes.
 struct OpenOptions {
   /// Device name; empty means RDMAKIT_DEVICE ("name" or "name:port") or else the first device
   /// with an active port.
@@ -26,6 +27,8 @@ struct OpenOptions {
   std::optional<int> gid_index;
 };
 
+/// An open RDMA device with its chosen port and GID; move-only. Objects made on it keep
+/// the device open.
 class Context {
  public:
   /// Opens a device. Throws Error naming the device when none matches or it cannot be opened.
@@ -35,14 +38,22 @@ class Context {
 
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
+  /// Takes over the device.
   Context(Context&&) noexcept = default;
+  /// Releases this device, then takes over the other.
   Context& operator=(Context&&) noexcept = default;
 
+  /// The verbs context.
   ibv_context* get() const;
+  /// The device's name.
   const std::string& name() const;
+  /// The port in use.
   uint8_t port() const;
+  /// The GID in use, and why it was chosen.
   const GidChoice& gid() const;
+  /// The device's attributes (ibv_query_device).
   const ibv_device_attr& attributes() const;
+  /// The port's state, MTU and GID table.
   const PortInfo& port_info() const;
 
   /// Shared ownership used by the objects created on this context: the device is closed only

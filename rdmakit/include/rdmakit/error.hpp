@@ -47,6 +47,7 @@ inline std::error_code make_error_code(Errc e) noexcept {
 /// A runtime error of a throwing call: what() names the verb, the object and the cause.
 class Error : public std::system_error {
  public:
+  /// An error with `code` and the explanation `what`.
   Error(std::error_code code, const std::string& what) : std::system_error(code, what) {}
 };
 

@@ -20,11 +20,13 @@
 
 namespace rdmakit {
 
+/// Remote access to a range, given to a peer for a limited time.
 struct Grant {
   uint64_t id = 0;  ///< for GrantTable::revoke; never 0 for a real grant
   /// What to send to the peer (RemoteBuffer::encode): address, size, the grant's rkey and
   /// expires_at_ms, the system_clock millisecond at which the grant is revoked.
   RemoteBuffer remote;
+  /// The remote rights granted.
   Access rights = Access::none;
 };
 
@@ -32,8 +34,11 @@ namespace detail {
 class GrantTableState;
 }
 
+/// Hands out time-limited remote access to local memory: each grant is its own
+/// registration, so revoking one cuts off exactly that range. Thread-safe.
 class GrantTable {
  public:
+  /// The clock of grant expiries (shared with the peer, which sees them).
   using Clock = std::chrono::system_clock;
 
   /// Grants may give at most `max_remote_access` (remote_read, remote_write, remote_atomic).
@@ -41,7 +46,9 @@ class GrantTable {
   GrantTable(const ProtectionDomain& pd, Access max_remote_access);
   GrantTable(const GrantTable&) = delete;
   GrantTable& operator=(const GrantTable&) = delete;
+  /// Takes over the other table's grants.
   GrantTable(GrantTable&&) noexcept;
+  /// Revokes this table's grants, then takes over the other's.
   GrantTable& operator=(GrantTable&&) noexcept;
   /// Revokes every grant still active.
   ~GrantTable();
@@ -50,10 +57,12 @@ class GrantTable {
   /// Errc::grant_too_wide when `rights` exceed max_remote_access, or the verbs error of
   /// registering the range.
   Grant grant(const LocalBuffer& range, Access rights, std::chrono::milliseconds ttl);
+  /// As above, for [data, data + size).
   Grant grant(void* data, size_t size, Access rights, std::chrono::milliseconds ttl);
   /// As above; on failure `ec` is set and the result has id 0.
   Grant grant(const LocalBuffer& range, Access rights, std::chrono::milliseconds ttl,
               std::error_code& ec);
+  /// As above, for [data, data + size), reporting a failure in `ec`.
   Grant grant(void* data, size_t size, Access rights, std::chrono::milliseconds ttl,
               std::error_code& ec);
 
@@ -63,7 +72,9 @@ class GrantTable {
   size_t revoke_expired(Clock::time_point now = Clock::now());
   /// When the earliest active grant expires, if there is one.
   std::optional<Clock::time_point> next_expiry() const;
+  /// Grants not yet revoked.
   size_t active() const;
+  /// The widest rights a grant may give.
   Access max_remote_access() const;
 
  private:

@@ -19,15 +19,23 @@ inline constexpr uint16_t kHandshakeVersion = 1;
 inline constexpr size_t kCmConnectUserData = 32;
 inline constexpr size_t kCmAcceptUserData = 172;
 
+/// What each side of a connection offers in the handshake.
 struct HandshakeOffer {
+  /// Handshake protocol version; both sides must match.
   uint16_t version = kHandshakeVersion;
   QpAddress address;  ///< carried by the TCP exchange; the CM carries its own
+  /// Type of the GID the side uses (both must agree).
   GidType gid_type = GidType::roce_v2;
   ibv_mtu mtu = IBV_MTU_1024;  ///< the port's active MTU
+  /// Inline bytes its QP takes per send.
   uint32_t inline_size = 0;
+  /// Its send queue depth.
   uint32_t send_depth = 0;
+  /// Its receive queue depth (or its share of an SRQ).
   uint32_t recv_depth = 0;
+  /// READs/atomics it can have outstanding, in each direction.
   uint8_t rd_atomic = 0;
+  /// The application's bytes for the peer.
   std::vector<std::byte> user_data;
 };
 

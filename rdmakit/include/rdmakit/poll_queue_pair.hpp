@@ -19,6 +19,8 @@
 
 namespace rdmakit {
 
+/// A connected QP driven by polling: requests are queued into a batch and posted with
+/// one doorbell; completions are accounted with retire(). For one thread.
 class PollQueuePair {
  public:
   /// `signal_interval`: every n-th request of a batch is signalled (and always the last); 0
@@ -27,6 +29,7 @@ class PollQueuePair {
 
   /// Requests that may still be queued before the send queue is full.
   uint32_t room() const noexcept { return room_ - queued_; }
+  /// Requests in the batch, not yet posted.
   uint32_t queued() const noexcept { return queued_; }
   /// Requests posted and not yet retired.
   uint32_t outstanding() const noexcept { return depth_ - room_; }
@@ -34,13 +37,19 @@ class PollQueuePair {
   /// Queue one request; false (nothing queued) when there is no room. `wr_id` comes back in
   /// the completion if the request is signalled.
   bool write(LocalBuffer local, RemoteBuffer remote, uint64_t wr_id = 0) noexcept;
+  /// Queues an RDMA READ of `remote` into `local`.
   bool read(LocalBuffer local, RemoteBuffer remote, uint64_t wr_id = 0) noexcept;
+  /// Queues a SEND of `local`.
   bool send(LocalBuffer local, uint64_t wr_id = 0) noexcept;
+  /// Queues a SEND carrying the immediate `imm`.
   bool send_with_imm(LocalBuffer local, uint32_t imm, uint64_t wr_id = 0) noexcept;
+  /// Queues an RDMA WRITE that also consumes a peer receive carrying `imm`.
   bool write_with_imm(LocalBuffer local, RemoteBuffer remote, uint32_t imm,
                       uint64_t wr_id = 0) noexcept;
+  /// Queues a compare-and-swap on the 8 bytes at `target`; the old value lands in `result`.
   bool compare_swap(LocalBuffer result, RemoteBuffer target, uint64_t expected, uint64_t desired,
                     uint64_t wr_id = 0) noexcept;
+  /// Queues a fetch-and-add on the 8 bytes at `target`; the old value lands in `result`.
   bool fetch_add(LocalBuffer result, RemoteBuffer target, uint64_t add,
                  uint64_t wr_id = 0) noexcept;
 
@@ -52,6 +61,7 @@ class PollQueuePair {
   /// signalled one and the unsignalled ones before it). After a failed completion the QP is
   /// in ERROR and every outstanding request completes on its own: each then counts one.
   uint32_t retire(const ibv_wc& wc) noexcept;
+  /// True once a completion failed (the QP is in ERROR).
   bool failed() const noexcept { return failed_; }
 
  private:

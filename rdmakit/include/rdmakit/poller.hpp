@@ -15,6 +15,8 @@
 
 namespace rdmakit {
 
+/// Drives the AsyncQueuePairs of one CQ on one thread: posts their batches, polls the CQ
+/// and resumes awaiters, acts on timeouts and cancellations.
 class Poller {
  public:
   /// Completions taken per ibv_poll_cq call.
@@ -47,7 +49,9 @@ class Poller {
   bool poll_and_arm(int rounds = 64) noexcept;
   /// Acknowledges the event that made channel_fd() readable (non-blocking).
   void take_channel_event() noexcept;
+  /// An eventfd that wake() and cancellations make readable (for event loops).
   int wake_fd() const noexcept { return wake_fd_; }
+  /// Resets wake_fd() after an event loop saw it readable.
   void clear_wake() noexcept;
   /// Operations with a timeout are in flight: an event loop must call poll() about every
   /// millisecond so their deadlines are acted on (cancellations wake wake_fd()).
@@ -64,7 +68,9 @@ class Poller {
     pending_context_ = context;
   }
 
+  /// The CQ it polls.
   const CompletionQueue& cq() const noexcept { return cq_; }
+  /// The completion channel's fd, or -1 without a channel.
   int channel_fd() const noexcept;
   /// Posts pending operations of every QP without polling (poll() and wait() do it too).
   void flush() noexcept;

@@ -12,6 +12,7 @@
 
 namespace rdmakit {
 
+/// Counters of a RegistrationCache.
 struct RegistrationCacheStats {
   uint64_t hits = 0;            ///< acquire() served by an existing registration
   uint64_t misses = 0;          ///< acquire() that registered memory
@@ -32,13 +33,17 @@ class CachedRegistration {
   CachedRegistration() = default;
   CachedRegistration(const CachedRegistration&) = delete;
   CachedRegistration& operator=(const CachedRegistration&) = delete;
+  /// Takes over `other`'s reference.
   CachedRegistration(CachedRegistration&& other) noexcept;
+  /// Releases this reference, then takes over `other`'s.
   CachedRegistration& operator=(CachedRegistration&& other) noexcept;
   ~CachedRegistration();
 
+  /// True when it holds a registration.
   explicit operator bool() const noexcept { return entry_ != nullptr; }
   /// Exactly the acquired range, with the keys of the registration that covers it.
   LocalBuffer buffer() const noexcept { return {data_, size_, lkey_}; }
+  /// The acquired range as a peer addresses it (needs remote rights).
   RemoteBuffer remote() const noexcept {
     return {reinterpret_cast<uintptr_t>(data_), size_, rkey_};
   }
@@ -62,10 +67,13 @@ class CachedRegistration {
 /// Thread-safe; `pd` must outlive the cache.
 class RegistrationCache {
  public:
+  /// A cache on `pd` keeping at most `capacity_bytes` registered while unused.
   RegistrationCache(const ProtectionDomain& pd, size_t capacity_bytes);
   RegistrationCache(const RegistrationCache&) = delete;
   RegistrationCache& operator=(const RegistrationCache&) = delete;
+  /// Takes over the other cache's registrations.
   RegistrationCache(RegistrationCache&&) noexcept;
+  /// Deregisters this cache's memory, then takes over the other's.
   RegistrationCache& operator=(RegistrationCache&&) noexcept;
   /// Deregisters everything. CachedRegistrations still alive are a programming error.
   ~RegistrationCache();
@@ -81,6 +89,7 @@ class RegistrationCache {
   /// acquires register the new memory afresh.
   void invalidate(void* data, size_t size);
 
+  /// Current counters.
   RegistrationCacheStats stats() const;
 
  private:

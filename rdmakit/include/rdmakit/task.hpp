@@ -60,14 +60,20 @@ struct Promise<void> : PromiseBase {
 }  // namespace detail
 
 template <typename T = void>
+/// A lazy coroutine returning T: starts when awaited or spawn()ed; owns its frame.
 class [[nodiscard]] Task {
  public:
+  /// The coroutine's promise (C++ protocol).
   using promise_type = detail::Promise<T>;
+  /// Handle to the coroutine's frame.
   using Handle = std::coroutine_handle<promise_type>;
 
   Task() = default;
+  /// Takes ownership of the coroutine `h` (made by the promise).
   explicit Task(Handle h) noexcept : handle_(h) {}
+  /// Takes over `other`'s coroutine.
   Task(Task&& other) noexcept : handle_(std::exchange(other.handle_, {})) {}
+  /// Destroys this task's coroutine, then takes over `other`'s.
   Task& operator=(Task&& other) noexcept {
     if (this != &other) {
       if (handle_) handle_.destroy();
@@ -81,8 +87,10 @@ class [[nodiscard]] Task {
     if (handle_) handle_.destroy();
   }
 
+  /// True when it has finished (or holds none).
   bool done() const noexcept { return !handle_ || handle_.done(); }
 
+  /// Runs the task and resumes the awaiting coroutine with its result.
   auto operator co_await() && noexcept {
     struct Awaiter {
       Handle handle;
