@@ -1,18 +1,9 @@
 // No thread of softrdma spins in the background: a process holding many connected, idle
 // QPs (with an armed completion channel, as an event-driven server would) uses no CPU.
-#include <sys/resource.h>
-
 #include "verbs_fixture.hpp"
 
 namespace softrdma_test {
 namespace {
-
-double cpu_seconds() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
-}
 
 class IdleTest : public RcLoopbackTest {};
 

@@ -3,11 +3,15 @@
 // retry budget, and memory outside registered regions is never touched.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <filesystem>
 #include <thread>
+#include <vector>
 
 #include "support/subprocess.hpp"
 #include "verbs_fixture.hpp"
@@ -22,11 +26,20 @@ namespace wire = softrdma::wire;
 const int kPort = [] {
   const int p = rdmakit::testing::free_tcp_port();
   setenv("SOFTRDMA_PORT", std::to_string(p).c_str(), 1);
+  // Short, so the test of the unauthenticated-connection timeout is quick.
+  setenv("SOFTRDMA_UNAUTHENTICATED_TIMEOUT_MS", "1500", 1);
   return p;
 }();
 
-int connect_to(const char* ip) {
-  int s = socket(AF_INET, SOCK_STREAM, 0);
+int thread_count() {
+  int n = 0;
+  for ([[maybe_unused]] const auto& task : std::filesystem::directory_iterator("/proc/self/task"))
+    ++n;
+  return n;
+}
+
+// Connects the socket `s` to this host's softrdma port; closes it on failure.
+int connect_socket(int s, const char* ip) {
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(static_cast<uint16_t>(kPort));
@@ -40,10 +53,42 @@ int connect_to(const char* ip) {
   return s;
 }
 
+int connect_to(const char* ip) {
+  return connect_socket(socket(AF_INET, SOCK_STREAM, 0), ip);
+}
+
+// Takes every file descriptor this process may still open (the soft limit lowered to what
+// is open plus a few), as a process out of descriptors; gives them back when destroyed.
+class DescriptorsExhausted {
+ public:
+  DescriptorsExhausted() {
+    getrlimit(RLIMIT_NOFILE, &saved_);
+    int open_now = 0;
+    for ([[maybe_unused]] const auto& fd : std::filesystem::directory_iterator("/proc/self/fd"))
+      ++open_now;
+    rlimit lowered = saved_;
+    lowered.rlim_cur = static_cast<rlim_t>(open_now + 16);
+    setrlimit(RLIMIT_NOFILE, &lowered);
+    for (int fd; (fd = dup(STDERR_FILENO)) >= 0;) taken_.push_back(fd);
+  }
+  ~DescriptorsExhausted() {
+    for (int fd : taken_) close(fd);
+    setrlimit(RLIMIT_NOFILE, &saved_);
+  }
+  DescriptorsExhausted(const DescriptorsExhausted&) = delete;
+  DescriptorsExhausted& operator=(const DescriptorsExhausted&) = delete;
+  bool ok() const { return !taken_.empty() && errno == EMFILE; }
+
+ private:
+  rlimit saved_{};
+  std::vector<int> taken_;
+};
+
 // True when the peer closed the connection (read returns 0) rather than timing out.
-bool closed_by_peer(int fd) {
+// The peer closed `fd` (an end of stream within `wait`; the peer sends nothing here).
+bool closed_by_peer(int fd, Millis wait = kTimeout) {
   char byte;
-  return recv(fd, &byte, 1, 0) == 0;
+  return wait_readable(fd, wait) && recv(fd, &byte, 1, MSG_DONTWAIT) == 0;
 }
 
 class TcpPathTest : public RcLoopbackTest {
@@ -55,6 +100,23 @@ class TcpPathTest : public RcLoopbackTest {
     ASSERT_NE(qp, nullptr);
     ASSERT_EQ(rc_to_init(qp, kRemoteAccess), 0);
     ASSERT_EQ(rc_to_rtr(qp, qp->qp_num, gid0(), RcParams{}), 0);
+  }
+
+  // Sends a complete RDMA WRITE of 8 bytes of `byte` into `target` (of p_.b) over `s`, as
+  // request `psn` of p_.a's stream, and returns the responder's answer.
+  wire::Response write_over_tcp(int s, const Buffer& target, size_t at, char byte,
+                                uint32_t psn = 0) {
+    wire::Request h = valid_request(p_.b->qp_num);
+    h.src_qpn = p_.a->qp_num;
+    h.psn = psn;
+    h.rkey = target.mr->rkey;
+    h.remote_addr = reinterpret_cast<uint64_t>(target.data()) + at;
+    const std::vector<char> payload(8, byte);
+    wire::Response r{};
+    EXPECT_EQ(send(s, &h, sizeof h, 0), static_cast<ssize_t>(sizeof h));
+    EXPECT_EQ(send(s, payload.data(), payload.size(), 0), 8);
+    EXPECT_TRUE(read_all(s, &r, sizeof r, kTimeout));
+    return r;
   }
 
   wire::Request valid_request(uint32_t dest_qpn) {
@@ -189,6 +251,148 @@ TEST_F(TcpPathTest, MalformedResponsesFailTheRequesterAfterItsRetryBudget) {
   shutdown(listener, SHUT_RDWR);
   close(listener);
   fake.join();
+}
+
+// A batch of READs whose answers exceed what the responder lets pile up (8 MiB) arrives in
+// one piece: the requests held back behind the limit run once the answers drain, though
+// nothing more arrives on the socket, and every answer comes back in order with its data.
+TEST_F(TcpPathTest, ReadsBeyondTheOutputLimitAreAllAnsweredInOrder) {
+  constexpr size_t kReadSize = size_t{512} << 10;
+  constexpr uint32_t kReads = 48;  // 24 MiB of answers: more than the socket buffers hold
+  ASSERT_NO_FATAL_FAILURE(ConnectPair());
+  Buffer target = NewBuffer(kReadSize, kRemoteAccess, 0x5c);
+  std::vector<wire::Request> batch(kReads);
+  for (uint32_t i = 0; i < kReads; ++i) {
+    wire::Request& h = batch[i];
+    h = valid_request(p_.b->qp_num);
+    h.src_qpn = p_.a->qp_num;
+    h.opcode = IBV_WR_RDMA_READ;
+    h.psn = i;
+    h.rkey = target.mr->rkey;
+    h.remote_addr = reinterpret_cast<uint64_t>(target.data());
+    h.length = kReadSize;
+    h.payload_len = 0;
+  }
+  const int s = connect_to("127.0.0.1");
+  ASSERT_GE(s, 0);
+  const size_t bytes = batch.size() * sizeof(wire::Request);
+  ASSERT_EQ(send(s, batch.data(), bytes, 0), static_cast<ssize_t>(bytes));
+  // Not reading for a while lets the answers fill the socket buffers and reach the limit.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::vector<char> data(kReadSize);
+  for (uint32_t i = 0; i < kReads; ++i) {
+    wire::Response r{};
+    ASSERT_TRUE(read_all(s, &r, sizeof r, kTimeout)) << "no answer to READ " << i;
+    EXPECT_EQ(r.psn, i);
+    EXPECT_EQ(r.reply, wire::Reply::kDone);
+    EXPECT_EQ(r.status, IBV_WC_SUCCESS);
+    ASSERT_EQ(r.payload_len, kReadSize);
+    ASSERT_TRUE(read_all(s, data.data(), data.size(), kTimeout));
+    EXPECT_EQ(std::count(data.begin(), data.end(), '\x5c'), static_cast<ptrdiff_t>(kReadSize));
+  }
+  close(s);
+}
+
+// Anyone who can reach the port can open connections: 5000 idle ones cost the process no
+// thread each (one thread serves every connection), the oldest beyond the limit of silent
+// connections are closed, and requests still get through.
+TEST_F(TcpPathTest, ThousandsOfIdleConnectionsLeaveThreadsBoundedAndRequestsServed) {
+  constexpr int kIdle = 5000;
+  rlimit files{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &files), 0);
+  if (files.rlim_max < 2 * kIdle + 100) GTEST_SKIP() << "file descriptor limit too low";
+  files.rlim_cur = files.rlim_max;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &files), 0);
+  ASSERT_NO_FATAL_FAILURE(ConnectPair());  // RTR: this process listens
+  Buffer target = NewBuffer(64, kRemoteAccess, 0);
+  const int threads_before = thread_count();
+
+  std::vector<int> idle;
+  for (int i = 0; i < kIdle; ++i) {
+    const int s = connect_to("127.0.0.1");
+    ASSERT_GE(s, 0) << "connection " << i << ": " << strerror(errno);
+    idle.push_back(s);
+  }
+  EXPECT_LE(thread_count(), threads_before + 1) << "a thread per connection";
+
+  const int s = connect_to("127.0.0.1");
+  ASSERT_GE(s, 0);
+  const wire::Response r = write_over_tcp(s, target, 8, '\x42');
+  EXPECT_EQ(r.reply, wire::Reply::kDone);
+  EXPECT_EQ(r.status, IBV_WC_SUCCESS);
+  EXPECT_TRUE(target.all(0x42, 8, 8));
+  EXPECT_TRUE(closed_by_peer(idle.front())) << "the oldest silent connection is closed";
+  EXPECT_LE(thread_count(), threads_before + 1);
+  close(s);
+  for (int fd : idle) close(fd);
+}
+
+// Out of file descriptors, the responder makes room for a new connection by closing the
+// oldest connection that has sent nothing, and serves the new one.
+TEST_F(TcpPathTest, OutOfDescriptorsTheOldestSilentConnectionMakesRoom) {
+  ASSERT_NO_FATAL_FAILURE(ConnectPair());
+  Buffer target = NewBuffer(64, kRemoteAccess, 0);
+  const int silent = connect_to("127.0.0.1");
+  const int talking = connect_to("127.0.0.1");
+  ASSERT_TRUE(silent >= 0 && talking >= 0);
+  // Answered: the responder has accepted both connections (in order).
+  ASSERT_EQ(write_over_tcp(talking, target, 8, '\x22').reply, wire::Reply::kDone);
+  const int reserved = socket(AF_INET, SOCK_STREAM, 0);  // its descriptor taken beforehand
+  ASSERT_GE(reserved, 0);
+  {
+    DescriptorsExhausted exhausted;
+    ASSERT_TRUE(exhausted.ok());
+    const int s = connect_socket(reserved, "127.0.0.1");
+    ASSERT_GE(s, 0);
+    EXPECT_EQ(write_over_tcp(s, target, 0, '\x33').reply, wire::Reply::kDone);
+    EXPECT_TRUE(target.all(0x33, 0, 8));
+    EXPECT_TRUE(closed_by_peer(silent)) << "the silent connection was not closed";
+  }
+  EXPECT_EQ(write_over_tcp(talking, target, 16, '\x44', 1).reply, wire::Reply::kDone);
+  close(reserved);
+  close(talking);
+  close(silent);
+}
+
+// Out of file descriptors with no silent connection to close, the listener rests instead of
+// waking the loop in a spin, and the waiting connection is served once descriptors are free.
+TEST_F(TcpPathTest, OutOfDescriptorsWithNothingToCloseTheListenerRestsWithoutSpinning) {
+  ASSERT_NO_FATAL_FAILURE(ConnectPair());
+  Buffer target = NewBuffer(64, kRemoteAccess, 0);
+  const int reserved = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(reserved, 0);
+  int s = -1;
+  {
+    DescriptorsExhausted exhausted;
+    ASSERT_TRUE(exhausted.ok());
+    s = connect_socket(reserved, "127.0.0.1");  // the kernel completes it; accept cannot
+    ASSERT_GE(s, 0);
+    const double before = cpu_seconds();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+    // A listener woken at once again would use about 1 s.
+    EXPECT_LT(cpu_seconds() - before, 0.2) << "CPU seconds used while out of descriptors";
+  }
+  EXPECT_EQ(write_over_tcp(s, target, 0, '\x44').reply, wire::Reply::kDone);
+  EXPECT_TRUE(target.all(0x44, 0, 8));
+  close(s);
+}
+
+// A connection that sends nothing is closed after SOFTRDMA_UNAUTHENTICATED_TIMEOUT_MS (1.5 s
+// here); one that has sent a well-formed request stays open however long it then idles.
+TEST_F(TcpPathTest, SilentConnectionsAreClosedAfterTheTimeoutOthersStay) {
+  ASSERT_NO_FATAL_FAILURE(ConnectPair());
+  Buffer target = NewBuffer(64, kRemoteAccess, 0);
+  const int silent = connect_to("127.0.0.1");
+  const int talking = connect_to("127.0.0.1");
+  ASSERT_TRUE(silent >= 0 && talking >= 0);
+  EXPECT_EQ(write_over_tcp(talking, target, 0, '\x11').reply, wire::Reply::kDone);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(closed_by_peer(silent)) << "the 5 s receive timeout passed first";
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(1000));
+  EXPECT_EQ(write_over_tcp(talking, target, 8, '\x22', 1).reply, wire::Reply::kDone);
+  EXPECT_TRUE(target.all(0x22, 8, 8));
+  close(silent);
+  close(talking);
 }
 
 }  // namespace

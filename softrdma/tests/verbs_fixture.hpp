@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -339,6 +340,14 @@ inline bool write_all(int fd, const void* data, size_t n) {
     n -= static_cast<size_t>(w);
   }
   return true;
+}
+
+/// CPU time this process has used, user and system, in seconds.
+inline double cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
 }
 
 /// Reads exactly `n` bytes within `timeout`; false on timeout, error or a peer gone.

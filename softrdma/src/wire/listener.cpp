@@ -1,67 +1,200 @@
 #include "wire/listener.hpp"
 
 #include <netinet/in.h>
+#include <poll.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <cerrno>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
-#include <vector>
 
 #include "common/log.hpp"
-#include "engine/responder.hpp"
-#include "engine/transmit.hpp"
+#include "wire/inbound_connection.hpp"
 #include "wire/protocol.hpp"
-#include "wire/socket_io.hpp"
 
 namespace softrdma::wire {
 namespace {
 
-void accept_loop(int listener) {
-  for (;;) {
-    int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno == EINTR || errno == ECONNABORTED || errno == EMFILE || errno == ENFILE) continue;
-      SOFTRDMA_DEBUG_LOG("accept: %s", std::strerror(errno));
+using Clock = InboundConnection::Clock;
+
+// Connections that have not sent a well-formed request yet: at most this many (the oldest
+// goes when one more arrives), each for at most the timeout. Anyone who can reach the port
+// can open them; they must not exhaust the process.
+constexpr size_t kMaxUnauthenticated = 1024;
+constexpr std::chrono::milliseconds kDefaultUnauthenticatedTimeout{10000};
+// The loop wakes at least this often to close connections past the timeout.
+constexpr int kSweepIntervalMs = 500;
+
+std::chrono::milliseconds unauthenticated_timeout() {
+  const char* env = std::getenv("SOFTRDMA_UNAUTHENTICATED_TIMEOUT_MS");
+  const long ms = env ? std::strtol(env, nullptr, 10) : 0;
+  return ms > 0 ? std::chrono::milliseconds(ms) : kDefaultUnauthenticatedTimeout;
+}
+
+// Every inbound connection of the process, served by one thread asleep in epoll_wait: the
+// thread count does not grow with the number of connections.
+class ResponderLoop {
+ public:
+  explicit ResponderLoop(int listener) : listener_(listener), epfd_(epoll_create1(EPOLL_CLOEXEC)) {
+    watch(listener_, EPOLLIN, EPOLL_CTL_ADD);
+  }
+
+  [[noreturn]] void run() {
+    epoll_event events[64];
+    for (;;) {
+      const int n = epoll_wait(epfd_, events, 64, kSweepIntervalMs);
+      for (int i = 0; i < n; ++i) {
+        const int fd = events[i].data.fd;
+        if (fd == listener_)
+          accept_all();
+        else
+          serve(fd, events[i].events);
+      }
+      const auto now = Clock::now();
+      close_unauthenticated(now);
+      if (listener_rests_until_ && now >= *listener_rests_until_) {
+        listener_rests_until_.reset();
+        watch(listener_, EPOLLIN, EPOLL_CTL_MOD);
+      }
+    }
+  }
+
+ private:
+  struct Entry {
+    std::unique_ptr<InboundConnection> connection;
+    uint64_t serial;  // tells a reused fd number from the connection that had it
+    uint32_t watched;
+  };
+
+  void watch(int fd, uint32_t events, int op) {
+    epoll_event e{};
+    e.events = events;
+    e.data.fd = fd;
+    epoll_ctl(epfd_, op, fd, &e);
+  }
+
+  void accept_all() {
+    for (;;) {
+      const int fd = accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd < 0) {
+        if (errno == EINTR || errno == ECONNABORTED) continue;
+        if (errno == EMFILE || errno == ENFILE) {
+          // Out of descriptors (accept says so before it looks for a connection): if one
+          // waits, a silent connection makes room for it, else the listener rests until the
+          // next sweep (level-triggered, it would wake the loop at once again).
+          if (!connection_waiting()) return;
+          if (close_oldest_unauthenticated()) continue;
+          SOFTRDMA_DEBUG_LOG("accept: %s; new connections wait", std::strerror(errno));
+          watch(listener_, 0, EPOLL_CTL_MOD);
+          listener_rests_until_ = Clock::now() + std::chrono::milliseconds(kSweepIntervalMs);
+          return;
+        }
+        if (errno != EAGAIN && errno != EWOULDBLOCK)
+          SOFTRDMA_DEBUG_LOG("accept: %s", std::strerror(errno));
+        return;
+      }
+      const uint64_t serial = ++serials_;
+      connections_[fd] = Entry{std::make_unique<InboundConnection>(fd), serial, EPOLLIN};
+      watch(fd, EPOLLIN, EPOLL_CTL_ADD);
+      waiting_.push_back({fd, serial});
+      if (waiting_.size() > kMaxUnauthenticated) close_unauthenticated(Clock::time_point::max());
+    }
+  }
+
+  void serve(int fd, uint32_t events) {
+    auto it = connections_.find(fd);
+    if (it == connections_.end()) return;
+    InboundConnection& c = *it->second.connection;
+    bool ok = true;
+    if (events & (EPOLLERR | EPOLLHUP)) ok = false;
+    if (ok && (events & EPOLLOUT)) ok = c.on_writable();
+    if (ok && (events & EPOLLIN)) ok = c.on_readable();
+    if (!ok) {
+      drop(it);
       return;
     }
-    std::thread(serve_connection, fd).detach();
+    // Read while answers can go out; wait for the socket while they cannot.
+    const uint32_t wanted = (c.wants_read() ? EPOLLIN : 0u) | (c.wants_write() ? EPOLLOUT : 0u);
+    if (wanted != it->second.watched) {
+      it->second.watched = wanted;
+      watch(fd, wanted, EPOLL_CTL_MOD);
+    }
   }
-}
 
-InboundRequest to_inbound(const Request& h, const iovec* local, int count) {
-  InboundRequest r;
-  r.opcode = static_cast<ibv_wr_opcode>(h.opcode);
-  r.qp_type = static_cast<ibv_qp_type>(h.qp_type);
-  r.src_qpn = h.src_qpn;
-  std::memcpy(r.src_gid, h.src_gid, 16);
-  std::memcpy(r.dst_gid, h.dst_gid, 16);
-  r.solicited = h.flags & kSolicited;
-  r.has_imm = h.flags & kHasImm;
-  r.imm_data = h.imm_data;
-  r.remote_addr = h.remote_addr;
-  r.rkey = h.rkey;
-  r.compare_add = h.compare_add;
-  r.swap = h.swap;
-  r.qkey = h.qkey;
-  r.local = local;
-  r.local_count = count;
-  r.length = h.length;
-  return r;
-}
-
-Reply to_reply(ResponderReply::Kind k) {
-  switch (k) {
-    case ResponderReply::Kind::kDone:
-      return Reply::kDone;
-    case ResponderReply::Kind::kRnr:
-      return Reply::kRnr;
-    default:
-      return Reply::kNoAnswer;
+  void drop(std::unordered_map<int, Entry>::iterator it) {
+    epoll_ctl(epfd_, EPOLL_CTL_DEL, it->first, nullptr);
+    connections_.erase(it);  // closes the socket
   }
-}
+
+  bool connection_waiting() const {
+    pollfd p{listener_, POLLIN, 0};
+    return poll(&p, 1, 0) == 1;
+  }
+
+  // The connection a waiting_ entry names, if it is still open and still silent.
+  std::unordered_map<int, Entry>::iterator still_silent(std::pair<int, uint64_t> waiting) {
+    auto it = connections_.find(waiting.first);
+    if (it == connections_.end() || it->second.serial != waiting.second ||
+        it->second.connection->authenticated())
+      return connections_.end();
+    return it;
+  }
+
+  bool close_oldest_unauthenticated() {
+    while (!waiting_.empty()) {
+      auto it = still_silent(waiting_.front());
+      waiting_.pop_front();
+      if (it != connections_.end()) {
+        drop(it);
+        ++closed_total_;
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // Closes connections still unauthenticated past the timeout, and the oldest ones while
+  // more than the limit wait (`now` = max: only the limit applies).
+  void close_unauthenticated(Clock::time_point now) {
+    size_t closed = 0;
+    while (!waiting_.empty()) {
+      auto it = still_silent(waiting_.front());
+      if (it != connections_.end()) {
+        const bool over_limit = waiting_.size() > kMaxUnauthenticated;
+        const bool expired = now != Clock::time_point::max() &&
+                             now - it->second.connection->accepted_at() >= unauthenticated_timeout_;
+        if (!over_limit && !expired) break;
+        drop(it);
+        ++closed;
+      }
+      waiting_.pop_front();
+    }
+    if (closed) {
+      closed_total_ += closed;
+      SOFTRDMA_DEBUG_LOG(
+          "closed %zu connection(s) that sent no request (%llu so far; limit %zu, timeout %lld ms)",
+          closed, static_cast<unsigned long long>(closed_total_), kMaxUnauthenticated,
+          static_cast<long long>(unauthenticated_timeout_.count()));
+    }
+  }
+
+  const int listener_;
+  const int epfd_;
+  const std::chrono::milliseconds unauthenticated_timeout_ = unauthenticated_timeout();
+  std::unordered_map<int, Entry> connections_;
+  std::deque<std::pair<int, uint64_t>> waiting_;  // unauthenticated, in accept order
+  uint64_t serials_ = 0;
+  uint64_t closed_total_ = 0;
+  std::optional<Clock::time_point> listener_rests_until_;  // out of descriptors
+};
 
 }  // namespace
 
@@ -70,7 +203,7 @@ void ensure_listening() {
   static pid_t listening_pid = 0;
   std::lock_guard lock(mutex);
   if (listening_pid == getpid()) return;
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
@@ -78,72 +211,14 @@ void ensure_listening() {
   a.sin_family = AF_INET;
   a.sin_port = htons(port());
   a.sin_addr.s_addr = htonl(INADDR_ANY);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(fd, 128) != 0) {
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(fd, SOMAXCONN) != 0) {
     SOFTRDMA_DEBUG_LOG("cannot listen on port %u: %s", port(), std::strerror(errno));
     close(fd);
     return;  // tried again at the next connection set-up
   }
   listening_pid = getpid();
-  std::thread(accept_loop, fd).detach();
-}
-
-void serve_connection(int fd) {
-  tune_socket(fd);
-  std::vector<char> payload, result;
-  // RC requests of one requester QP run in order: after an RNR or a drop, later ones are
-  // refused until the requester resends the one that failed (go-back-N).
-  std::unordered_map<uint64_t, uint32_t> expected_psn;
-  for (;;) {
-    Request h;
-    if (!read_all(fd, &h, sizeof h)) break;
-    if (!valid(h)) {
-      SOFTRDMA_DEBUG_LOG("malformed request from a peer: connection closed");
-      break;
-    }
-    payload.resize(h.payload_len);
-    if (h.payload_len && !read_all(fd, payload.data(), h.payload_len)) break;
-
-    Response resp{};
-    resp.magic = kMagic;
-    resp.kind = Kind::kResponse;
-    resp.src_qpn = h.src_qpn;
-    resp.psn = h.psn;
-    const bool rc = h.qp_type == IBV_QPT_RC;
-    const uint64_t key = (uint64_t{h.src_qpn} << 32) | h.dest_qpn;
-    auto expected = expected_psn.find(key);
-    uint64_t result_len = 0;
-    // Acknowledgements the peer's QP carries for our QP come first, as on the wire.
-    if (rc && h.acked_psn_end) apply_implied_acks(h.dest_qpn, h.acked_psn_end);
-    if (rc && expected != expected_psn.end() && expected->second != h.psn) {
-      resp.reply = Reply::kOutOfSequence;
-    } else {
-      iovec local{};
-      int count = 0;
-      if (carries_payload(h.opcode)) {
-        local = iovec{payload.data(), payload.size()};
-      } else {
-        result_len = h.opcode == IBV_WR_RDMA_READ ? h.length : sizeof(uint64_t);
-        result.resize(result_len);
-        local = iovec{result.data(), result.size()};
-      }
-      count = local.iov_len ? 1 : 0;
-      TargetQp target;
-      ResponderReply reply{ResponderReply::Kind::kNoAnswer, IBV_WC_SUCCESS, 0};
-      if (resolve_local_qp(h.dest_qpn, target))
-        reply = respond(target, to_inbound(h, &local, count));
-      resp.reply = to_reply(reply.kind);
-      resp.status = reply.status;
-      resp.rnr_timer = reply.rnr_timer;
-      if (rc) expected_psn[key] = reply.kind == ResponderReply::Kind::kDone ? h.psn + 1 : h.psn;
-      if (rc && reply.kind == ResponderReply::Kind::kDone && target.qp)
-        target.qp->peer_psn_end.store(h.psn + 1, std::memory_order_release);
-      if (resp.reply != Reply::kDone || resp.status != IBV_WC_SUCCESS) result_len = 0;
-    }
-    resp.payload_len = result_len;
-    iovec out[2] = {{&resp, sizeof resp}, {result.data(), result_len}};
-    if (!write_all(fd, out, result_len ? 2 : 1)) break;
-  }
-  close(fd);
+  // Never destroyed: the loop serves until the process ends.
+  std::thread([fd] { (new ResponderLoop(fd))->run(); }).detach();
 }
 
 }  // namespace softrdma::wire

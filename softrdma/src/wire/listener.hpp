@@ -6,10 +6,10 @@
 
 namespace softrdma::wire {
 
-/// Makes this process one of the host's listeners; cheap after the first call.
+/// Makes this process one of the host's listeners; cheap after the first call. One thread
+/// serves every inbound connection (wire/inbound_connection.hpp); connections that send no
+/// well-formed request are bounded in number and closed after a timeout
+/// (SOFTRDMA_UNAUTHENTICATED_TIMEOUT_MS, default 10 s).
 void ensure_listening();
-
-/// Serves one accepted connection until it closes or sends something malformed.
-void serve_connection(int fd);
 
 }  // namespace softrdma::wire

@@ -1,0 +1,204 @@
+#include "wire/inbound_connection.hpp"
+
+#include <sys/socket.h>
+#include <unistd.h>
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "common/log.hpp"
+#include "engine/responder.hpp"
+#include "engine/transmit.hpp"
+#include "wire/protocol.hpp"
+#include "wire/socket_io.hpp"
+
+namespace softrdma::wire {
+namespace {
+
+// Bytes asked of the socket per read when no larger message is in progress.
+constexpr size_t kReadChunk = size_t{64} << 10;
+// Most asked of the socket per read while a large message arrives.
+constexpr size_t kLargeRead = size_t{4} << 20;
+static_assert(kReadChunk <= kLargeRead);
+// Reads per readiness event, so one busy peer does not starve the others.
+constexpr int kReadsPerEvent = 16;
+// Answers are handed to the socket once this many wait, so the first ones travel while
+// later requests of the same batch still execute.
+constexpr size_t kEagerFlush = size_t{256} << 10;
+static_assert(kEagerFlush < InboundConnection::kMaxPendingOutput);
+
+InboundRequest to_inbound(const Request& h, const iovec* local, int count) {
+  InboundRequest r;
+  r.opcode = static_cast<ibv_wr_opcode>(h.opcode);
+  r.qp_type = static_cast<ibv_qp_type>(h.qp_type);
+  r.src_qpn = h.src_qpn;
+  std::memcpy(r.src_gid, h.src_gid, 16);
+  std::memcpy(r.dst_gid, h.dst_gid, 16);
+  r.solicited = h.flags & kSolicited;
+  r.has_imm = h.flags & kHasImm;
+  r.imm_data = h.imm_data;
+  r.remote_addr = h.remote_addr;
+  r.rkey = h.rkey;
+  r.compare_add = h.compare_add;
+  r.swap = h.swap;
+  r.qkey = h.qkey;
+  r.local = local;
+  r.local_count = count;
+  r.length = h.length;
+  return r;
+}
+
+Reply to_reply(ResponderReply::Kind k) {
+  switch (k) {
+    case ResponderReply::Kind::kDone:
+      return Reply::kDone;
+    case ResponderReply::Kind::kRnr:
+      return Reply::kRnr;
+    default:
+      return Reply::kNoAnswer;
+  }
+}
+
+void append(std::vector<char>& out, const void* bytes, size_t n) {
+  const char* p = static_cast<const char*>(bytes);
+  out.insert(out.end(), p, p + n);
+}
+
+}  // namespace
+
+InboundConnection::InboundConnection(int fd) : fd_(fd), accepted_at_(Clock::now()) {
+  tune_socket(fd_);
+}
+
+InboundConnection::~InboundConnection() {
+  close(fd_);
+}
+
+bool InboundConnection::on_readable() {
+  for (int reads = 0; reads < kReadsPerEvent && wants_read(); ++reads) {
+    // Room for more of a large message at once, else a chunk; the buffer grows only with
+    // bytes that arrive, whatever length a header claims.
+    size_t want = kReadChunk;
+    const size_t have = filled_ - consumed_;
+    if (have >= sizeof(Request)) {
+      Request h;
+      std::memcpy(&h, input_.data() + consumed_, sizeof h);
+      if (valid(h) && sizeof h + h.payload_len > have)
+        want = std::clamp(sizeof h + h.payload_len - have, kReadChunk, kLargeRead);
+    }
+    if (input_.size() < filled_ + want) input_.resize(filled_ + want);
+    const ssize_t r = recv(fd_, input_.data() + filled_, want, 0);
+    if (r == 0) return false;
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) return false;
+      break;  // all read: answer what was executed
+    }
+    filled_ += static_cast<size_t>(r);
+    if (!execute_complete()) return false;
+  }
+  return on_writable();
+}
+
+bool InboundConnection::has_complete_request() const {
+  const size_t have = filled_ - consumed_;
+  if (have < sizeof(Request)) return false;
+  Request h;
+  std::memcpy(&h, input_.data() + consumed_, sizeof h);
+  return !valid(h) || have >= sizeof h + h.payload_len;  // a malformed one is "complete" too
+}
+
+bool InboundConnection::execute_complete() {
+  while (filled_ - consumed_ >= sizeof(Request) && wants_read()) {
+    Request h;
+    std::memcpy(&h, input_.data() + consumed_, sizeof h);
+    if (!valid(h)) {
+      SOFTRDMA_DEBUG_LOG("malformed request from a peer: connection closed");
+      return false;
+    }
+    if (filled_ - consumed_ < sizeof h + h.payload_len) break;
+    execute(h, input_.data() + consumed_ + sizeof h);
+    consumed_ += sizeof h + h.payload_len;
+    authenticated_ = true;
+    if (output_.size() - written_ >= kEagerFlush && !flush()) return false;
+  }
+  // Keep the unconsumed bytes at the front; the buffer keeps its size for the next reads.
+  if (consumed_ > 0) {
+    std::memmove(input_.data(), input_.data() + consumed_, filled_ - consumed_);
+    filled_ -= consumed_;
+    consumed_ = 0;
+  }
+  return true;
+}
+
+void InboundConnection::execute(const Request& h, const char* payload) {
+  Response resp{};
+  resp.magic = kMagic;
+  resp.kind = Kind::kResponse;
+  resp.src_qpn = h.src_qpn;
+  resp.psn = h.psn;
+  const bool rc = h.qp_type == IBV_QPT_RC;
+  const uint64_t key = (uint64_t{h.src_qpn} << 32) | h.dest_qpn;
+  auto expected = expected_psn_.find(key);
+  uint64_t result_len = 0;
+  // Acknowledgements the peer's QP carries for our QP come first, as on the wire.
+  if (rc && h.acked_psn_end) apply_implied_acks(h.dest_qpn, h.acked_psn_end);
+  if (rc && expected != expected_psn_.end() && expected->second != h.psn) {
+    resp.reply = Reply::kOutOfSequence;
+  } else {
+    iovec local{};
+    if (carries_payload(h.opcode)) {
+      local = iovec{const_cast<char*>(payload), h.payload_len};
+    } else {
+      result_len = h.opcode == IBV_WR_RDMA_READ ? h.length : sizeof(uint64_t);
+      result_.resize(result_len);
+      local = iovec{result_.data(), result_.size()};
+    }
+    const int count = local.iov_len ? 1 : 0;
+    TargetQp target;
+    ResponderReply reply{ResponderReply::Kind::kNoAnswer, IBV_WC_SUCCESS, 0};
+    if (resolve_local_qp(h.dest_qpn, target)) reply = respond(target, to_inbound(h, &local, count));
+    resp.reply = to_reply(reply.kind);
+    resp.status = reply.status;
+    resp.rnr_timer = reply.rnr_timer;
+    if (rc) expected_psn_[key] = reply.kind == ResponderReply::Kind::kDone ? h.psn + 1 : h.psn;
+    if (rc && reply.kind == ResponderReply::Kind::kDone && target.qp)
+      target.qp->peer_psn_end.store(h.psn + 1, std::memory_order_release);
+    if (resp.reply != Reply::kDone || resp.status != IBV_WC_SUCCESS) result_len = 0;
+  }
+  resp.payload_len = result_len;
+  append(output_, &resp, sizeof resp);
+  append(output_, result_.data(), result_len);
+}
+
+bool InboundConnection::on_writable() {
+  // Requests read earlier may wait behind the output limit, with nothing more to come on the
+  // socket to wake the loop for them: run them as soon as answers drain. Each round executes
+  // at least one request, so the loop ends with the buffered input.
+  for (;;) {
+    if (!flush()) return false;
+    if (!wants_read() || !has_complete_request()) return true;
+    if (!execute_complete()) return false;
+  }
+}
+
+bool InboundConnection::flush() {
+  while (wants_write()) {
+    const ssize_t w = send(fd_, output_.data() + written_, output_.size() - written_,
+                           MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      return false;
+    }
+    written_ += static_cast<size_t>(w);
+  }
+  // Reclaim what was sent: at once when all of it was, else once the sent part is large.
+  if (written_ == output_.size() || written_ >= kMaxPendingOutput) {
+    output_.erase(output_.begin(), output_.begin() + static_cast<ptrdiff_t>(written_));
+    written_ = 0;
+  }
+  return true;
+}
+
+}  // namespace softrdma::wire

@@ -1,0 +1,68 @@
+// One inbound TCP connection of the responder: a stream of requests from one host's
+// softrdma processes, read without blocking, executed in order, answered in order. Its
+// buffers are bounded: reading pauses while answers the peer has not taken pile up.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <chrono>
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "wire/protocol.hpp"
+
+namespace softrdma::wire {
+
+class InboundConnection {
+ public:
+  using Clock = std::chrono::steady_clock;
+  /// Answers waiting for the peer to read them, above which reading pauses.
+  static constexpr size_t kMaxPendingOutput = size_t{8} << 20;
+
+  /// Takes ownership of the non-blocking socket `fd`.
+  explicit InboundConnection(int fd);
+  ~InboundConnection();
+  InboundConnection(const InboundConnection&) = delete;
+  InboundConnection& operator=(const InboundConnection&) = delete;
+
+  int fd() const { return fd_; }
+  /// Reads what arrived and executes every complete request. False: close the connection
+  /// (the peer closed it, or sent something malformed).
+  bool on_readable();
+  /// Writes pending answers, then executes requests that waited for them to drain. False:
+  /// close the connection.
+  bool on_writable();
+  /// Answers are waiting for the socket to take them.
+  bool wants_write() const { return written_ < output_.size(); }
+  /// Reading pauses while too many answers wait (a peer that does not read its answers).
+  bool wants_read() const { return output_.size() - written_ < kMaxPendingOutput; }
+  /// The peer has sent at least one well-formed request.
+  bool authenticated() const { return authenticated_; }
+  Clock::time_point accepted_at() const { return accepted_at_; }
+
+ private:
+  /// Executes every complete request read so far. False on a malformed one.
+  bool execute_complete();
+  /// A whole request (or a malformed header) waits in input_.
+  bool has_complete_request() const;
+  /// Hands pending answers to the socket without blocking. False: the connection failed.
+  bool flush();
+  /// Executes one request and appends its answer to output_.
+  void execute(const Request& h, const char* payload);
+
+  int fd_;
+  Clock::time_point accepted_at_;
+  bool authenticated_ = false;
+  std::vector<char> input_;  // [consumed_, filled_): read, not yet executed
+  size_t consumed_ = 0;
+  size_t filled_ = 0;
+  std::vector<char> output_;  // answers; the first written_ bytes are sent
+  size_t written_ = 0;
+  std::vector<char> result_;  // READ data or an atomic's original value
+  // RC requests of one requester QP run in order: after an RNR or a drop, later ones are
+  // refused until the requester resends the one that failed (go-back-N).
+  std::unordered_map<uint64_t, uint32_t> expected_psn_;
+};
+
+}  // namespace softrdma::wire
