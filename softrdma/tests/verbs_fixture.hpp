@@ -473,6 +473,12 @@ class VerbsTest : public ::testing::Test {
     if (!cqs_.back()) ADD_FAILURE() << "ibv_create_cq(" << cqe << "): " << std::strerror(errno);
     return cqs_.back().get();
   }
+  /// An extended CQ, or nullptr with errno (tests of its creation check both).
+  ibv_cq_ex* NewCqEx(ibv_cq_init_attr_ex attr) {
+    ibv_cq_ex* cq = ibv_create_cq_ex(ctx(), &attr);
+    if (cq) cqs_.emplace_back(ibv_cq_ex_to_cq(cq));
+    return cq;
+  }
   ibv_srq* NewSrq(uint32_t max_wr, uint32_t max_sge = 4, uint32_t limit = 0) {
     ibv_srq_init_attr init{};
     init.attr.max_wr = max_wr;

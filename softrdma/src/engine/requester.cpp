@@ -165,7 +165,7 @@ bool valid_opcode(ibv_qp_type type, ibv_wr_opcode op) {
 
 }  // namespace
 
-int requester_post(Qp& qp, const ibv_send_wr& wr) {
+int requester_check(const Qp& qp, const ibv_send_wr& wr) {
   const uint32_t state = qp.shared->state.load(std::memory_order_acquire);
   if (state == IBV_QPS_RESET || state == IBV_QPS_INIT || state == IBV_QPS_RTR) return EINVAL;
   const ibv_qp_type type = qp.qpx.qp_base.qp_type;
@@ -179,9 +179,18 @@ int requester_post(Qp& qp, const ibv_send_wr& wr) {
     if (n > qp.cap.max_inline_data || wr.opcode == IBV_WR_RDMA_READ || is_atomic(wr.opcode))
       return EINVAL;
   }
-  if (qp.next_seq - qp.retired_seq.load(std::memory_order_acquire) >= qp.cap.max_send_wr)
-    return ENOMEM;
+  return 0;
+}
 
+bool requester_has_room(const Qp& qp, size_t count) {
+  const uint64_t outstanding = qp.next_seq - qp.retired_seq.load(std::memory_order_acquire);
+  return outstanding + count <= qp.cap.max_send_wr;
+}
+
+int requester_post(Qp& qp, const ibv_send_wr& wr) {
+  if (int err = requester_check(qp, wr)) return err;
+  if (!requester_has_room(qp, 1)) return ENOMEM;
+  const uint32_t state = qp.shared->state.load(std::memory_order_acquire);
   SendWork w = make_work(qp, wr);
   w.seq = ++qp.next_seq;
   if (state == IBV_QPS_ERR || state == IBV_QPS_SQE) {

@@ -12,6 +12,7 @@ void install_context_ops(verbs_context& vctx) {
   ops.post_srq_recv = post_srq_recv;
   // Memory windows are not supported: ibv_alloc_mw sees a null op and fails with EOPNOTSUPP.
   vctx.create_qp_ex = create_qp_ex;
+  vctx.create_cq_ex = create_cq_ex;
 }
 
 }  // namespace softrdma

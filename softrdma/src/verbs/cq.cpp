@@ -97,8 +97,10 @@ SOFTRDMA_EXPORT int ibv_destroy_comp_channel(ibv_comp_channel* channel) {
   return 0;
 }
 
-SOFTRDMA_EXPORT ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context,
-                                      ibv_comp_channel* channel, int comp_vector) {
+namespace {
+
+Cq* create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel* channel,
+              int comp_vector) {
   if (cqe < 1 || cqe > limits::kMaxCqe || comp_vector < 0 ||
       comp_vector >= context->num_comp_vectors) {
     errno = EINVAL;
@@ -133,7 +135,35 @@ SOFTRDMA_EXPORT ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_co
     cq->channel->cqs.push_back(cq);
     ++channel->refcnt;
   }
-  return &cq->cq;
+  return cq;
+}
+
+}  // namespace
+
+namespace softrdma {
+
+ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
+  constexpr uint32_t kSupportedMask = IBV_CQ_INIT_ATTR_MASK_FLAGS;
+  // A hint only: every CQ of softrdma is safe to use from several threads.
+  constexpr uint32_t kSupportedFlags = IBV_CREATE_CQ_ATTR_SINGLE_THREADED;
+  if ((attr->wc_flags & ~kSupportedWcFlags) || (attr->comp_mask & ~kSupportedMask) ||
+      ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) && (attr->flags & ~kSupportedFlags))) {
+    errno = EOPNOTSUPP;  // completion timestamps, VLAN and flow tags, overrun ignoring
+    return nullptr;
+  }
+  Cq* cq = create_cq(context, static_cast<int>(std::min<uint32_t>(attr->cqe, INT32_MAX)),
+                     attr->cq_context, attr->channel, static_cast<int>(attr->comp_vector));
+  if (!cq) return nullptr;
+  install_cq_ex_ops(*cq);
+  return &cq->cq_ex;
+}
+
+}  // namespace softrdma
+
+SOFTRDMA_EXPORT ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context,
+                                      ibv_comp_channel* channel, int comp_vector) {
+  Cq* cq = create_cq(context, cqe, cq_context, channel, comp_vector);
+  return cq ? &cq->cq : nullptr;
 }
 
 SOFTRDMA_EXPORT int ibv_resize_cq(ibv_cq* cq, int cqe) {

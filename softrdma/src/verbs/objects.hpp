@@ -58,13 +58,17 @@ struct Mr {
 struct Channel;
 
 struct Cq {
-  ibv_cq cq;
+  union {  // ibv_cq_ex begins with the fields of ibv_cq
+    ibv_cq_ex cq_ex{};
+    ibv_cq cq;
+  };
   uint64_t offset = 0;
   uint32_t ring_reserve = 0;  // entries the ring has room for in the arena
   CqShared* shared = nullptr;
   Channel* channel = nullptr;
   std::atomic<uint32_t> users{0};  // QPs and SRQs that complete into this CQ
   uint32_t events_delivered = 0;   // by ibv_get_cq_event; guarded by cq.mutex
+  ibv_wc polled{};  // the completion ibv_start_poll / ibv_next_poll stand on (ibv_wc_read_*)
 };
 
 struct Channel {
@@ -116,6 +120,19 @@ struct SendWork {
   std::shared_ptr<wire::Link> link;
 };
 
+/// Work requests of the extended send API between ibv_wr_start and ibv_wr_complete, built
+/// field by field (verbs/qp_ex_send.cpp) and posted together or not at all.
+struct WrBatch {
+  struct Entry {
+    ibv_send_wr wr{};
+    std::vector<ibv_sge> sges;
+    std::vector<char> inline_bytes;  // IBV_SEND_INLINE data, copied when it is set
+  };
+  std::vector<Entry> entries;
+  bool started = false;
+  int error = 0;  // the first misuse seen since ibv_wr_start; ibv_wr_complete returns it
+};
+
 struct Qp {
   ibv_qp_ex qpx;  // first: ibv_qp* and ibv_qp_ex* both point here
   Context* ctx = nullptr;
@@ -143,6 +160,8 @@ struct Qp {
   uint32_t next_psn = 0;
   TargetQp peer;                  // RC: the connected QP, resolved on first use
   bool peer_on_this_host = true;  // RC: decided at RTR from the destination GID
+  // Created with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS: the ibv_wr_* API and its pending batch.
+  std::unique_ptr<WrBatch> wr_batch;
 };
 
 inline Context* to_ctx(ibv_context* c) {

@@ -17,6 +17,20 @@ int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
 int post_srq_recv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
 ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr);
 
+ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr);
+
+struct Cq;
+/// The ibv_wc_flags a CQ created with ibv_create_cq_ex can report (ibv_wc_read_*).
+inline constexpr uint64_t kSupportedWcFlags = IBV_WC_STANDARD_FLAGS;
+/// Gives `c` the polling operations of the extended CQ API (verbs/cq_ex_poll.cpp).
+void install_cq_ex_ops(Cq& c);
+
+struct Qp;
+/// The IBV_QP_EX_WITH_* operations the extended send API offers on a QP of `type`.
+uint64_t supported_send_ops(ibv_qp_type type);
+/// Gives `q` the ibv_wr_* operations of its type (verbs/qp_ex_send.cpp).
+void install_qp_ex_send_ops(Qp& q);
+
 const GidTable& context_gids(ibv_context* context);
 
 }  // namespace softrdma

@@ -115,13 +115,18 @@ ibv_qp* create_qp(ibv_context* context, ibv_qp_init_attr_ex& a) {
 namespace softrdma {
 
 ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
-  constexpr uint32_t kSupportedMask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS;
+  constexpr uint32_t kSupportedMask =
+      IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  const bool send_ops = attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
   if ((attr->comp_mask & ~kSupportedMask) ||
-      ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr->create_flags)) {
-    errno = EOPNOTSUPP;  // the ibv_wr_* send API, XRC and creation flags are not supported
+      ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr->create_flags) ||
+      (send_ops && (attr->send_ops_flags & ~supported_send_ops(attr->qp_type)))) {
+    errno = EOPNOTSUPP;  // XRC, creation flags, and send operations the QP type lacks
     return nullptr;
   }
-  return create_qp(context, *attr);
+  ibv_qp* qp = create_qp(context, *attr);
+  if (qp && send_ops) install_qp_ex_send_ops(*to_qp(qp));
+  return qp;
 }
 
 }  // namespace softrdma
@@ -142,10 +147,10 @@ SOFTRDMA_EXPORT ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* init) {
   return qp;
 }
 
-SOFTRDMA_EXPORT ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp*) {
+SOFTRDMA_EXPORT ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp* qp) {
   // Only QPs created with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS have the extended send API.
-  errno = EOPNOTSUPP;
-  return nullptr;
+  Qp* q = to_qp(qp);
+  return q->wr_batch ? &q->qpx : nullptr;
 }
 
 SOFTRDMA_EXPORT int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int, ibv_qp_init_attr* init) {

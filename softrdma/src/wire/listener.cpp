@@ -43,7 +43,9 @@ std::chrono::milliseconds unauthenticated_timeout() {
 // thread count does not grow with the number of connections.
 class ResponderLoop {
  public:
-  explicit ResponderLoop(int listener) : listener_(listener), epfd_(epoll_create1(EPOLL_CLOEXEC)) {
+  // Takes the listening socket and the epoll instance, both made before the loop's thread
+  // starts: that thread must not need a descriptor the process may have run out of by then.
+  ResponderLoop(int listener, int epfd) : listener_(listener), epfd_(epfd) {
     watch(listener_, EPOLLIN, EPOLL_CTL_ADD);
   }
 
@@ -203,7 +205,14 @@ void ensure_listening() {
   static pid_t listening_pid = 0;
   std::lock_guard lock(mutex);
   if (listening_pid == getpid()) return;
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  const int epfd = epoll_create1(EPOLL_CLOEXEC);
+  if (fd < 0 || epfd < 0) {
+    SOFTRDMA_DEBUG_LOG("cannot listen: %s", std::strerror(errno));
+    if (fd >= 0) close(fd);
+    if (epfd >= 0) close(epfd);
+    return;  // tried again at the next connection set-up
+  }
   int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
@@ -214,11 +223,13 @@ void ensure_listening() {
   if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(fd, SOMAXCONN) != 0) {
     SOFTRDMA_DEBUG_LOG("cannot listen on port %u: %s", port(), std::strerror(errno));
     close(fd);
-    return;  // tried again at the next connection set-up
+    close(epfd);
+    return;
   }
   listening_pid = getpid();
   // Never destroyed: the loop serves until the process ends.
-  std::thread([fd] { (new ResponderLoop(fd))->run(); }).detach();
+  auto* loop = new ResponderLoop(fd, epfd);
+  std::thread([loop] { loop->run(); }).detach();
 }
 
 }  // namespace softrdma::wire
