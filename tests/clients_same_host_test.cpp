@@ -52,7 +52,9 @@ INSTANTIATE_TEST_SUITE_P(
                       same_program("ud_events", "ibv_ud_pingpong -g 0 -c -e -s 2048"),
                       same_program("srq_default", "ibv_srq_pingpong -g 0 -c"),
                       same_program("srq_1MiB", "ibv_srq_pingpong -g 0 -c -s 1048576 -n 20"),
-                      same_program("srq_events", "ibv_srq_pingpong -g 0 -c -e -q 4")),
+                      same_program("srq_events", "ibv_srq_pingpong -g 0 -c -e -q 4"),
+                      same_program("uc_4KiB", "ibv_uc_pingpong -g 0 -c -s 4096"),
+                      same_program("uc_events", "ibv_uc_pingpong -g 0 -c -e -s 65536")),
     case_name);
 
 INSTANTIATE_TEST_SUITE_P(
@@ -66,7 +68,10 @@ INSTANTIATE_TEST_SUITE_P(
                       same_program("send_lat_all_sizes", "ib_send_lat -a -n 100"),
                       same_program("atomic_lat", "ib_atomic_lat -n 2000"),
                       same_program("send_lat_events", "ib_send_lat -e -s 4096 -n 500"),
-                      same_program("send_bw_events", "ib_send_bw -e -s 4096 -n 500")),
+                      same_program("send_bw_events", "ib_send_bw -e -s 4096 -n 500"),
+                      same_program("write_bw_uc_all_sizes", "ib_write_bw -c UC -a -n 200"),
+                      same_program("write_lat_uc", "ib_write_lat -c UC -s 8 -n 1000"),
+                      same_program("send_lat_uc", "ib_send_lat -c UC -s 64 -n 1000")),
     case_name);
 
 }  // namespace

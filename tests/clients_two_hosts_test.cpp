@@ -37,7 +37,8 @@ INSTANTIATE_TEST_SUITE_P(
                       same_program("rc_events", "ibv_rc_pingpong -g 0 -c -e -s 65536 -n 200"),
                       same_program("ud_1B", "ibv_ud_pingpong -g 0 -c -s 1 -n 200"),
                       same_program("ud_mtu_events", "ibv_ud_pingpong -g 0 -c -e -s 4096 -n 200"),
-                      same_program("srq", "ibv_srq_pingpong -g 0 -c -n 200")),
+                      same_program("srq", "ibv_srq_pingpong -g 0 -c -n 200"),
+                      same_program("uc_4KiB", "ibv_uc_pingpong -g 0 -c -s 4096 -n 200")),
     case_name);
 
 INSTANTIATE_TEST_SUITE_P(
@@ -54,7 +55,10 @@ INSTANTIATE_TEST_SUITE_P(
                       // sender blocked on a full socket must not stall its own receiver.
                       same_program("write_bw_both_ways_64KiB", "ib_write_bw -b -s 65536 -n 2000"),
                       same_program("send_bw_both_ways_1MiB", "ib_send_bw -b -s 1048576 -n 200"),
-                      same_program("read_bw_both_ways_64KiB", "ib_read_bw -b -s 65536 -n 2000")),
+                      same_program("read_bw_both_ways_64KiB", "ib_read_bw -b -s 65536 -n 2000"),
+                      same_program("write_bw_uc_all_sizes", "ib_write_bw -c UC -a -n 50"),
+                      same_program("write_lat_uc", "ib_write_lat -c UC -s 8 -n 500"),
+                      same_program("send_lat_uc", "ib_send_lat -c UC -s 64 -n 500")),
     case_name);
 
 }  // namespace

@@ -2,6 +2,7 @@
 // host or on two (network namespaces), bounded in time.
 #pragma once
 
+#include <ostream>
 #include <string>
 
 #include "support/two_hosts.hpp"
@@ -16,6 +17,11 @@ struct PairCase {
   std::string client;
   int fixed_port = 0;  // for programs whose port cannot be chosen (udaddy)
 };
+
+/// How gtest shows a case in a failure: by its name, not its bytes.
+inline void PrintTo(const PairCase& c, std::ostream* os) {
+  *os << c.name;
+}
 
 /// The usual form: the same program and options on both sides, the client naming the
 /// server last (ibv_*_pingpong, perftest).

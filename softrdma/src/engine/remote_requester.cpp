@@ -146,7 +146,9 @@ void on_response(Link& link, const Response& r, std::vector<char>& payload) {
   // answer restarts it for the next request in flight.
   if (!qp->inflight.empty()) qp->inflight.front().give_up = answer_deadline(*qp, now);
   bool failed = false;
-  switch (r.reply) {
+  // UC has no acknowledgements: whatever became of the message, the requester is done.
+  const Reply reply = qp->qpx.qp_base.qp_type == IBV_QPT_UC ? Reply::kDone : r.reply;
+  switch (reply) {
     case Reply::kDone:
       if (r.status != IBV_WC_SUCCESS) {
         fail(*qp, w, static_cast<ibv_wc_status>(r.status));

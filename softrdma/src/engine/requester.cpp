@@ -5,6 +5,7 @@
 
 #include "engine/completion_queue.hpp"
 #include "engine/progress.hpp"
+#include "engine/qp_types.hpp"
 #include "engine/responder.hpp"
 #include "engine/send_completion.hpp"
 #include "engine/transmit.hpp"
@@ -58,6 +59,8 @@ Outcome execute_here(Qp& qp, SendWork& w, const iovec* iov, int count, uint64_t 
     reply = {Kind::kDone, IBV_WC_SUCCESS, 0};  // UD to nowhere is lost, not an error
   }
 
+  // UC has no acknowledgements: whatever became of the message, the requester is done.
+  if (qp.qpx.qp_base.qp_type == IBV_QPT_UC) reply = {Kind::kDone, IBV_WC_SUCCESS, 0};
   switch (reply.kind) {
     case Kind::kDone:
       if (reply.status == IBV_WC_SUCCESS)
@@ -147,29 +150,13 @@ void capture_inline(SendWork& w) {
   }
 }
 
-bool valid_opcode(ibv_qp_type type, ibv_wr_opcode op) {
-  if (type == IBV_QPT_UD) return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM;
-  switch (op) {
-    case IBV_WR_SEND:
-    case IBV_WR_SEND_WITH_IMM:
-    case IBV_WR_RDMA_WRITE:
-    case IBV_WR_RDMA_WRITE_WITH_IMM:
-    case IBV_WR_RDMA_READ:
-    case IBV_WR_ATOMIC_CMP_AND_SWP:
-    case IBV_WR_ATOMIC_FETCH_AND_ADD:
-      return true;
-    default:
-      return false;
-  }
-}
-
 }  // namespace
 
 int requester_check(const Qp& qp, const ibv_send_wr& wr) {
   const uint32_t state = qp.shared->state.load(std::memory_order_acquire);
   if (state == IBV_QPS_RESET || state == IBV_QPS_INIT || state == IBV_QPS_RTR) return EINVAL;
   const ibv_qp_type type = qp.qpx.qp_base.qp_type;
-  if (!valid_opcode(type, wr.opcode) || wr.num_sge < 0 ||
+  if (!opcode_allowed(type, wr.opcode) || wr.num_sge < 0 ||
       static_cast<uint32_t>(wr.num_sge) > qp.cap.max_send_sge)
     return EINVAL;
   if (type == IBV_QPT_UD && !wr.wr.ud.ah) return EINVAL;

@@ -5,6 +5,7 @@
 
 #include "engine/completion_queue.hpp"
 #include "engine/memory_access.hpp"
+#include "engine/qp_types.hpp"
 
 namespace softrdma {
 namespace {
@@ -70,8 +71,15 @@ void push_recv_completion(TargetQp& t, const CqEntry& e, bool solicited) {
   cq_push(*t.arena, t.arena->at<CqShared>(t.qp->recv_cq_offset), e, solicited);
 }
 
-// Fails the responder QP after a responder-side error, as a NIC does.
+// What an unreliable QP (UC, UD) does with a message it cannot take: drops it, silently.
+ResponderReply dropped() {
+  return done(IBV_WC_SUCCESS);
+}
+
+// Fails the responder QP after a responder-side error, as a NIC does; a UC QP drops the
+// message instead and stays as it is.
 ResponderReply responder_error(TargetQp& t, ibv_wc_status requester_status, int event) {
+  if (t.qp->qp_type == IBV_QPT_UC) return dropped();
   qp_enter_error(*t.arena, t.qp, event);
   return done(requester_status);
 }
@@ -87,6 +95,7 @@ ResponderReply check_remote_access(TargetQp& t, const InboundRequest& r, uint32_
 // SEND, SEND_WITH_IMM and WRITE_WITH_IMM take the oldest posted receive.
 ResponderReply deliver_to_receive(TargetQp& t, const InboundRequest& r) {
   const bool ud = r.qp_type == IBV_QPT_UD;
+  const bool reliable = r.qp_type == IBV_QPT_RC;
   const bool write_imm = r.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
   auto* rq = t.arena->at<RecvQueueShared>(t.qp->recv_queue_offset);
   PinnedRanges remote;
@@ -101,7 +110,7 @@ ResponderReply deliver_to_receive(TargetQp& t, const InboundRequest& r) {
   {
     ProcessLockGuard guard(rq->lock);
     if (rq->head == rq->tail) {
-      if (ud) return done(IBV_WC_SUCCESS);  // UD drops what nobody is ready to receive
+      if (!reliable) return dropped();  // nobody is ready to receive it
       return {Kind::kRnr, IBV_WC_SUCCESS, t.qp->min_rnr_timer};
     }
     RecvWqe* w = rq->wqe(rq->head);
@@ -122,14 +131,14 @@ ResponderReply deliver_to_receive(TargetQp& t, const InboundRequest& r) {
   if (!dest_ok) {
     e.status = IBV_WC_LOC_PROT_ERR;
     push_recv_completion(t, e, true);
-    if (ud) return done(IBV_WC_SUCCESS);
+    if (!reliable) return dropped();
     return responder_error(t, IBV_WC_REM_OP_ERR, IBV_EVENT_QP_FATAL);
   }
   const uint64_t grh_bytes = ud ? 40 : 0;
   if (!write_imm && dest.total() < r.length + grh_bytes) {
     e.status = IBV_WC_LOC_LEN_ERR;
     push_recv_completion(t, e, true);
-    if (ud) return done(IBV_WC_SUCCESS);
+    if (!reliable) return dropped();
     return responder_error(t, IBV_WC_REM_INV_REQ_ERR, IBV_EVENT_QP_FATAL);
   }
 
@@ -246,20 +255,20 @@ bool resolve_local_qp(uint32_t qpn, TargetQp& out) {
 
 ResponderReply respond(TargetQp& t, const InboundRequest& r) {
   TargetHold hold(t);
-  const bool ud = r.qp_type == IBV_QPT_UD;
-  // A dead process answers nothing, whatever of its memory is still mapped here. A datagram
-  // to it is lost at once: the sender never waits on it (later sends would wait behind it).
-  if (!hold.ok() || !t.arena->owner_alive()) return ud ? done(IBV_WC_SUCCESS) : no_answer();
+  // A dead process answers nothing, whatever of its memory is still mapped here. An
+  // unreliable message to it is lost at once: the sender never waits on it.
+  const ResponderReply lost = r.qp_type == IBV_QPT_RC ? no_answer() : dropped();
+  if (!hold.ok() || !t.arena->owner_alive()) return lost;
   QpShared* qp = t.qp;
-  if (qp->qp_type != static_cast<uint32_t>(r.qp_type))
-    return ud ? done(IBV_WC_SUCCESS) : no_answer();
-  if (!receiving(qp->state.load(std::memory_order_acquire)))
-    return ud ? done(IBV_WC_SUCCESS) : no_answer();
-  if (ud) {
-    if (r.qkey != qp->qkey) return done(IBV_WC_SUCCESS);  // silently dropped
+  if (qp->qp_type != static_cast<uint32_t>(r.qp_type)) return lost;
+  if (!receiving(qp->state.load(std::memory_order_acquire))) return lost;
+  if (r.qp_type == IBV_QPT_UD) {
+    if (r.qkey != qp->qkey) return dropped();
     return deliver_to_receive(t, r);
   }
-  if (qp->dest_qpn != r.src_qpn) return no_answer();  // not the connected peer
+  if (qp->dest_qpn != r.src_qpn) return lost;  // not the connected peer
+  if (!opcode_allowed(r.qp_type, r.opcode))
+    return responder_error(t, IBV_WC_REM_INV_REQ_ERR, IBV_EVENT_QP_REQ_ERR);
   switch (r.opcode) {
     case IBV_WR_SEND:
     case IBV_WR_SEND_WITH_IMM:

@@ -4,6 +4,7 @@
 
 #include "common/export.hpp"
 #include "engine/progress.hpp"
+#include "engine/qp_types.hpp"
 #include "engine/recv_queue.hpp"
 #include "engine/registry.hpp"
 #include "verbs/device_limits.hpp"
@@ -15,7 +16,7 @@ using namespace softrdma;
 namespace {
 
 int check_caps(const ibv_qp_init_attr_ex& a) {
-  if (a.qp_type != IBV_QPT_RC && a.qp_type != IBV_QPT_UD) return EOPNOTSUPP;
+  if (!supported_qp_type(a.qp_type)) return EOPNOTSUPP;
   if (!a.send_cq || !a.recv_cq || !a.pd) return EINVAL;
   const ibv_qp_cap& c = a.cap;
   if (c.max_send_wr > static_cast<uint32_t>(limits::kMaxQpWr) ||

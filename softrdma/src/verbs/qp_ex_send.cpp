@@ -3,7 +3,9 @@
 // of them is wrong or the send queue lacks room for all, not at all.
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
+#include "engine/qp_types.hpp"
 #include "engine/requester.hpp"
 #include "verbs/device_limits.hpp"
 #include "verbs/objects.hpp"
@@ -190,11 +192,18 @@ int wr_complete(ibv_qp_ex* qpx) {
 }  // namespace
 
 uint64_t supported_send_ops(ibv_qp_type type) {
-  constexpr uint64_t kSends = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
-  if (type == IBV_QPT_UD) return kSends;
-  return kSends | IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
-         IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
-         IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+  const std::pair<ibv_wr_opcode, uint64_t> ops[] = {
+      {IBV_WR_SEND, IBV_QP_EX_WITH_SEND},
+      {IBV_WR_SEND_WITH_IMM, IBV_QP_EX_WITH_SEND_WITH_IMM},
+      {IBV_WR_RDMA_WRITE, IBV_QP_EX_WITH_RDMA_WRITE},
+      {IBV_WR_RDMA_WRITE_WITH_IMM, IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM},
+      {IBV_WR_RDMA_READ, IBV_QP_EX_WITH_RDMA_READ},
+      {IBV_WR_ATOMIC_CMP_AND_SWP, IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP},
+      {IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD}};
+  uint64_t supported = 0;
+  for (const auto& [opcode, flag] : ops)
+    if (opcode_allowed(type, opcode)) supported |= flag;
+  return supported;
 }
 
 void install_qp_ex_send_ops(Qp& q) {
@@ -209,9 +218,12 @@ void install_qp_ex_send_ops(Qp& q) {
   x.wr_set_sge_list = wr_set_sge_list;
   x.wr_set_inline_data = wr_set_inline_data;
   x.wr_set_inline_data_list = wr_set_inline_data_list;
-  if (q.qpx.qp_base.qp_type == IBV_QPT_RC) {
+  const ibv_qp_type type = q.qpx.qp_base.qp_type;
+  if (opcode_allowed(type, IBV_WR_RDMA_WRITE)) {
     x.wr_rdma_write = wr_rdma_write;
     x.wr_rdma_write_imm = wr_rdma_write_imm;
+  }
+  if (opcode_allowed(type, IBV_WR_RDMA_READ)) {
     x.wr_rdma_read = wr_rdma_read;
     x.wr_atomic_cmp_swp = wr_atomic_cmp_swp;
     x.wr_atomic_fetch_add = wr_atomic_fetch_add;

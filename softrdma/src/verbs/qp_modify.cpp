@@ -2,6 +2,7 @@
 // and allows (IBTA 11.2.5, as the kernel's ib_modify_qp_is_ok checks them).
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "common/export.hpp"
 #include "engine/completion_queue.hpp"
@@ -81,6 +82,21 @@ constexpr Rule rule(ibv_qp_state from, ibv_qp_state to) {
       break;
   }
   return {};
+}
+
+// Attributes of the reliable service only (acknowledgements, retries, RDMA READ and atomic
+// depths): UC takes RC's masks without them, and refuses them as the kernel does.
+constexpr int kReliableOnly = IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER | IBV_QP_TIMEOUT |
+                              IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+
+// The attributes a transition of a QP of `type` requires and allows; required < 0: the
+// transition is not allowed for that type.
+std::pair<int, int> masks_for(ibv_qp_type type, const Rule& r, ibv_qp_state from) {
+  if (type == IBV_QPT_UD) return {r.ud_required, r.ud_optional};
+  if (type == IBV_QPT_RC) return {r.rc_required, r.rc_optional};
+  // UC, like UD, may leave SQE for RTS (a send error does not fail the whole QP).
+  if (from == IBV_QPS_SQE && r.rc_required < 0) return {0, IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS};
+  return {r.rc_required & ~kReliableOnly, r.rc_optional & ~kReliableOnly};
 }
 
 constexpr int kKnownAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
@@ -167,9 +183,7 @@ SOFTRDMA_EXPORT int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
   const auto next = (mask & IBV_QP_STATE) ? attr->qp_state : cur;
   if (next < 0 || next >= kStates) return EINVAL;
   const Rule r = rule(cur, next);
-  const bool ud = qp->qp_type == IBV_QPT_UD;
-  const int required = ud ? r.ud_required : r.rc_required;
-  const int optional = ud ? r.ud_optional : r.rc_optional;
+  const auto [required, optional] = masks_for(qp->qp_type, r, cur);
   if (!r.allowed || required < 0) return EINVAL;
   const int given = mask & ~IBV_QP_STATE;
   if ((given & required) != required || (given & ~(required | optional))) return EINVAL;

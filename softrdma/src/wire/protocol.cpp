@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 
+#include "engine/qp_types.hpp"
 #include "verbs/device_limits.hpp"
 
 namespace softrdma::wire {
@@ -22,21 +23,8 @@ bool carries_payload(uint8_t opcode) {
 
 bool valid(const Request& r) {
   if (r.magic != kMagic || r.kind != Kind::kRequest) return false;
-  if (r.qp_type != IBV_QPT_RC && r.qp_type != IBV_QPT_UD) return false;
-  switch (r.opcode) {
-    case IBV_WR_SEND:
-    case IBV_WR_SEND_WITH_IMM:
-      break;
-    case IBV_WR_RDMA_WRITE:
-    case IBV_WR_RDMA_WRITE_WITH_IMM:
-    case IBV_WR_RDMA_READ:
-    case IBV_WR_ATOMIC_CMP_AND_SWP:
-    case IBV_WR_ATOMIC_FETCH_AND_ADD:
-      if (r.qp_type != IBV_QPT_RC) return false;
-      break;
-    default:
-      return false;
-  }
+  if (!opcode_allowed(static_cast<ibv_qp_type>(r.qp_type), static_cast<ibv_wr_opcode>(r.opcode)))
+    return false;
   if (r.length > limits::kMaxMsgSize) return false;
   if (r.flags & ~(kSolicited | kHasImm)) return false;
   return r.payload_len == (carries_payload(r.opcode) ? r.length : 0);
