@@ -27,6 +27,7 @@ TEST_F(UdTest, SendDeliversTheGrhThenThePayload) {
   EXPECT_NE(r.wc_flags & IBV_WC_GRH, 0u);
   EXPECT_EQ(r.qp_num, p.b->qp_num);
   EXPECT_EQ(r.src_qp, p.a->qp_num);
+  EXPECT_EQ(r.sl, 2) << "RoCE v2 reports the network header type here: IPv4";
   EXPECT_EQ(std::memcmp(dst.data() + kGrh, src.data(), 200), 0);
   EXPECT_TRUE(dst.all(0xee, kGrh + 200, 56));
 

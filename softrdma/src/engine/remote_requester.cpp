@@ -117,23 +117,24 @@ std::optional<Clock::time_point> expire_inflight(Qp& qp, Clock::time_point now) 
 }
 
 void apply_implied_acks(uint32_t qpn, uint32_t psn_end) {
-  Qp* qp = local_qp(qpn);  // only when this process owns the QP (the usual case)
-  if (!qp) return;
-  std::lock_guard lock(qp->sq_mutex);
-  // Requests whose answer carries data (READ, atomics) wait for that answer.
-  while (!qp->inflight.empty() && static_cast<int32_t>(qp->inflight.front().psn - psn_end) < 0 &&
-         qp->inflight.front().opcode != IBV_WR_RDMA_READ &&
-         !is_atomic(qp->inflight.front().opcode)) {
-    complete(*qp, qp->inflight.front(), IBV_WC_SUCCESS);
-    qp->inflight.pop_front();
-  }
+  // Only when this process owns the QP (the usual case).
+  with_local_qp(qpn, [psn_end](Qp& qp) {
+    std::lock_guard lock(qp.sq_mutex);
+    // Requests whose answer carries data (READ, atomics) wait for that answer.
+    while (!qp.inflight.empty() && static_cast<int32_t>(qp.inflight.front().psn - psn_end) < 0 &&
+           qp.inflight.front().opcode != IBV_WR_RDMA_READ &&
+           !is_atomic(qp.inflight.front().opcode)) {
+      complete(qp, qp.inflight.front(), IBV_WC_SUCCESS);
+      qp.inflight.pop_front();
+    }
+  });
 }
 
 namespace wire {
 
-void on_response(Link& link, const Response& r, std::vector<char>& payload) {
-  Qp* qp = local_qp(r.src_qpn);
-  if (!qp) return;
+namespace {
+
+void answer_received(Qp* qp, Link& link, const Response& r, std::vector<char>& payload) {
   std::lock_guard lock(qp->sq_mutex);
   // Answers come in order; anything else is an answer to a request already given up.
   if (qp->inflight.empty() || qp->inflight.front().psn != r.psn ||
@@ -179,6 +180,13 @@ void on_response(Link& link, const Response& r, std::vector<char>& payload) {
     qp->inflight.clear();
     progress_schedule(qp, now);  // flushes what waits in the blocked queue
   }
+}
+
+}  // namespace
+
+void on_response(Link& link, const Response& r, std::vector<char>& payload) {
+  // The QP cannot be destroyed while its answer is handled.
+  with_local_qp(r.src_qpn, [&](Qp& qp) { answer_received(&qp, link, r, payload); });
 }
 
 void on_link_down(Link& link) {

@@ -181,6 +181,9 @@ int requester_post(Qp& qp, const ibv_send_wr& wr) {
   SendWork w = make_work(qp, wr);
   w.seq = ++qp.next_seq;
   if (state == IBV_QPS_ERR || state == IBV_QPS_SQE) {
+    // Work posted earlier may still wait for the progress thread to flush it (after a failed
+    // answer from another host): flushed first, so completions stay in posting order.
+    requester_flush(qp);
     flush_one(qp, w);
     return 0;
   }

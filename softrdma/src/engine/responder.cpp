@@ -41,13 +41,20 @@ class TargetHold {
   bool ok_;
 };
 
+bool ipv4_mapped(const uint8_t gid[16]) {
+  return gid[10] == 0xff && gid[11] == 0xff && std::memcmp(gid, "\0\0\0\0\0\0\0\0\0\0", 10) == 0;
+}
+
+// A RoCE v2 device reports in a UD receive's `sl` the network header type of the packet
+// (the kernel's rdma_network_type), which consumers such as UCX read.
+constexpr uint8_t kNetworkIpv4 = 2;
+constexpr uint8_t kNetworkIpv6 = 3;
+
 // The 40 bytes at the head of every UD receive buffer: for RoCE v2 over IPv4, 20 unused
 // bytes then the IPv4 header; for IPv6 GIDs, an IPv6 header carrying the GIDs.
 void build_grh(const InboundRequest& r, uint8_t grh[40]) {
   std::memset(grh, 0, 40);
-  const bool v4 = r.src_gid[10] == 0xff && r.src_gid[11] == 0xff &&
-                  std::memcmp(r.src_gid, "\0\0\0\0\0\0\0\0\0\0", 10) == 0;
-  if (v4) {
+  if (ipv4_mapped(r.src_gid)) {
     uint8_t* ip = grh + 20;
     ip[0] = 0x45;
     const uint16_t total = htons(static_cast<uint16_t>(20 + 8 + 12 + r.length + 4));
@@ -76,10 +83,10 @@ ResponderReply dropped() {
   return done(IBV_WC_SUCCESS);
 }
 
-// Fails the responder QP after a responder-side error, as a NIC does; a UC QP drops the
-// message instead and stays as it is.
+// Fails the responder QP after a responder-side error, as a NIC does; an unreliable QP (UC,
+// UD) drops the message instead and stays as it is.
 ResponderReply responder_error(TargetQp& t, ibv_wc_status requester_status, int event) {
-  if (t.qp->qp_type == IBV_QPT_UC) return dropped();
+  if (t.qp->qp_type != IBV_QPT_RC) return dropped();
   qp_enter_error(*t.arena, t.qp, event);
   return done(requester_status);
 }
@@ -169,7 +176,10 @@ ResponderReply deliver_to_receive(TargetQp& t, const InboundRequest& r) {
     e.imm_data = r.imm_data;
     e.wc_flags |= IBV_WC_WITH_IMM;
   }
-  if (ud) e.wc_flags |= IBV_WC_GRH;
+  if (ud) {
+    e.wc_flags |= IBV_WC_GRH;
+    e.sl = ipv4_mapped(r.src_gid) ? kNetworkIpv4 : kNetworkIpv6;
+  }
   push_recv_completion(t, e, r.solicited);
   return done(IBV_WC_SUCCESS);
 }

@@ -31,15 +31,15 @@ PeerArena& self_peer() {
   return *peer;
 }
 
-std::mutex& local_qp_walk_mutex() {
-  static auto* walking = new std::mutex;  // never destroyed: helper threads may outlive exit()
-  return *walking;
+std::shared_mutex& local_qp_mutex() {
+  static auto* in_use = new std::shared_mutex;  // never destroyed: helpers may outlive exit()
+  return *in_use;
 }
 
 void local_qp_set(uint32_t qpn, Qp* qp) {
-  // A walk that already read this entry finishes with the QP before it can be destroyed.
-  std::unique_lock walking(local_qp_walk_mutex(), std::defer_lock);
-  if (qp == nullptr) walking.lock();
+  // A helper that already read this entry finishes with the QP before it can be destroyed.
+  std::unique_lock taking_out(local_qp_mutex(), std::defer_lock);
+  if (qp == nullptr) taking_out.lock();
   g_local_qps[qpn - Registry::kFirstQpn].store(qp, std::memory_order_release);
 }
 

@@ -10,6 +10,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <vector>
 
 #include "engine/arena.hpp"
@@ -195,16 +196,22 @@ int eventfd_for_channel();
 /// This process's view of its own arena as a peer (for pushing into its own queues).
 PeerArena& self_peer();
 
-/// Local QPs by number, for send-queue retirement in poll_cq. Clearing an entry waits for
-/// a for_each_local_qp() in progress, so a QP is not destroyed under it.
+/// Local QPs by number, for send-queue retirement in poll_cq and for the helper threads.
+/// Clearing an entry (ibv_destroy_qp) waits until no helper uses the QP any more.
 void local_qp_set(uint32_t qpn, Qp* qp);
 Qp* local_qp(uint32_t qpn);
-/// Held while for_each_local_qp() walks the QPs.
-std::mutex& local_qp_walk_mutex();
+/// Held shared while a helper thread uses a local QP, exclusively to take one out.
+std::shared_mutex& local_qp_mutex();
+/// Calls `fn` with the local QP `qpn`, if there is one; it cannot be destroyed meanwhile.
+template <typename Fn>
+void with_local_qp(uint32_t qpn, Fn fn) {
+  std::shared_lock using_qp(local_qp_mutex());
+  if (Qp* qp = local_qp(qpn)) fn(*qp);
+}
 /// Calls `fn` for every QP of this process (slow: for rare events such as a lost link).
 template <typename Fn>
 void for_each_local_qp(Fn fn) {
-  std::lock_guard walking(local_qp_walk_mutex());
+  std::shared_lock using_qps(local_qp_mutex());
   for (uint32_t i = 0; i < Registry::kQpCapacity; ++i)
     if (Qp* qp = local_qp(Registry::kFirstQpn + i)) fn(*qp);
 }

@@ -178,13 +178,12 @@ SOFTRDMA_EXPORT int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int, ibv_qp_init
 
 SOFTRDMA_EXPORT int ibv_destroy_qp(ibv_qp* qp) {
   Qp* q = to_qp(qp);
-  // First: a lost link's walk over the QPs (for_each_local_qp) can no longer reach it to
-  // reschedule or flush it, and one in progress finishes before this goes on.
+  // First: the helper threads (a TCP answer or acknowledgement being handled, a lost link's
+  // walk over the QPs) can no longer reach it, and those using it finish before this goes on.
   local_qp_set(qp->qp_num, nullptr);
   progress_forget(q);
   q->shared->state.store(IBV_QPS_RESET);
   Registry::instance().release_qpn(qp->qp_num);  // waits for peers inside the QP
-  { std::lock_guard drain(q->sq_mutex); }        // a TCP answer being handled finishes first
   q->send_cq->users.fetch_sub(1);
   q->recv_cq->users.fetch_sub(1);
   if (q->srq) q->srq->users.fetch_sub(1);
