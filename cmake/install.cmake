@@ -2,7 +2,8 @@
 #   lib/                    librdmakit{,_rpc}.{a,so.0} (rdmakit_library() in library.cmake)
 #   include/rdmakit/        the public headers
 #   lib/softrdma/           softrdma's drop-in libibverbs.so.1 and librdmacm.so.1, never over
-#                           the system's rdma-core: softrdma-run puts them first on the path
+#                           the system's rdma-core: softrdma-run puts them first on the path;
+#                           softrdma-view, which shows the device in sysfs and /dev to the program
 #   bin/                    rdmakit, rdmakit-plot, softrdma-run (finds lib/softrdma from its own location,
 #                           so an installed tree can be moved)
 #   lib/cmake/rdmakit/      find_package(rdmakit): rdmakit::rdmakit, rdmakit::rpc (shared),
@@ -13,6 +14,7 @@ include(CMakePackageConfigHelpers)
 set(RDMAKIT_SOFTRDMA_LIBDIR ${CMAKE_INSTALL_LIBDIR}/softrdma)
 install(TARGETS softrdma_ibverbs softrdma_rdmacm
         LIBRARY DESTINATION ${RDMAKIT_SOFTRDMA_LIBDIR} NAMELINK_SKIP)
+install(TARGETS softrdma_view RUNTIME DESTINATION ${RDMAKIT_SOFTRDMA_LIBDIR})
 
 # The installed softrdma-run: the library directory relative to bin/.
 file(RELATIVE_PATH softrdma_from_bin ${CMAKE_INSTALL_FULL_BINDIR}

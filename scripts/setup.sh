@@ -7,7 +7,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev libasio-dev libcli11-dev nlohmann-json3-dev valgrind
   libibverbs-dev librdmacm-dev
   ibverbs-utils rdmacm-utils perftest python3-pyverbs
-  ucx-utils libfabric-bin iperf3 iproute2 procps python3-matplotlib
+  ucx-utils libfabric-bin iperf3 iproute2 procps python3-matplotlib openmpi-bin libopenmpi-dev
   "$@"
 )
 missing=()

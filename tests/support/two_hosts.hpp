@@ -16,6 +16,8 @@ class TwoHosts {
 
   bool ok() const { return ok_; }
   const std::string& reason() const { return reason_; }
+  /// The network namespace of host 0 or 1.
+  const std::string& name(int host) const { return ns_[host]; }
   /// argv prefix that runs a command on host 0 or 1.
   std::vector<std::string> on(int host) const;
   /// The IPv4 address of host 0 or 1.

@@ -44,7 +44,7 @@ Device& the_device() {
     d->device.transport_type = IBV_TRANSPORT_IB;
     std::snprintf(d->device.name, sizeof d->device.name, "%s", limits::kDeviceName);
     std::snprintf(d->device.dev_name, sizeof d->device.dev_name, "uverbs0");
-    std::snprintf(d->device.dev_path, sizeof d->device.dev_path, "/dev/null");
+    std::snprintf(d->device.dev_path, sizeof d->device.dev_path, "/dev/infiniband/uverbs0");
     std::snprintf(d->device.ibdev_path, sizeof d->device.ibdev_path, "/sys/class/infiniband/%s",
                   limits::kDeviceName);
     return d;

@@ -13,12 +13,14 @@ namespace {
 // rdma-core's enum ibv_gid_type_sysfs (driver.h, not a public header).
 constexpr int kGidTypeSysfsRoceV2 = 1;
 
-void fill_entry(ibv_gid_entry& e, const Gid& gid, uint32_t index) {
+void fill_entry(ibv_gid_entry& e, const GidTable& gids, uint32_t index) {
   std::memset(&e, 0, sizeof e);
+  const Gid gid = gids.at(index);
   std::memcpy(e.gid.raw, gid.data(), gid.size());
   e.gid_index = index;
   e.port_num = limits::kPortNum;
   e.gid_type = IBV_GID_TYPE_ROCE_V2;
+  e.ndev_ifindex = gids.interface_of(index);
 }
 
 }  // namespace
@@ -42,7 +44,7 @@ SOFTRDMA_EXPORT int _ibv_query_gid_ex(ibv_context* context, uint32_t port, uint3
     return EINVAL;
   const GidTable& gids = context_gids(context);
   if (index >= gids.populated()) return ENODATA;
-  fill_entry(*entry, gids.at(index), index);
+  fill_entry(*entry, gids, index);
   return 0;
 }
 
@@ -53,7 +55,7 @@ SOFTRDMA_EXPORT ssize_t _ibv_query_gid_table(ibv_context* context, ibv_gid_entry
   if (flags || entry_size < sizeof(ibv_gid_entry) || max_entries < gids.populated()) return -EINVAL;
   for (uint32_t i = 0; i < gids.populated(); ++i) {
     auto* e = reinterpret_cast<ibv_gid_entry*>(reinterpret_cast<char*>(entries) + i * entry_size);
-    fill_entry(*e, gids.at(i), i);
+    fill_entry(*e, gids, i);
   }
   return gids.populated();
 }

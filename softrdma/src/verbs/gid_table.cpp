@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <algorithm>
 #include <cstring>
@@ -29,32 +30,41 @@ uint32_t GidTable::ipv4_of(const Gid& gid) {
 
 GidTable GidTable::from_host() {
   GidTable t;
-  std::vector<Gid> loopback;
+  std::vector<Entry> loopback;
+  const auto known = [&](const Gid& g) {
+    return t.contains(g) || std::any_of(loopback.begin(), loopback.end(),
+                                        [&](const Entry& e) { return e.gid == g; });
+  };
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) == 0) {
     for (ifaddrs* i = list; i; i = i->ifa_next) {
       if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
       const uint32_t a = reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr;
-      Gid g = from_ipv4(a);
-      if (t.contains(g) || std::find(loopback.begin(), loopback.end(), g) != loopback.end())
-        continue;
-      ((ntohl(a) >> 24) == 127 ? loopback : t.gids_).push_back(g);
+      const Gid g = from_ipv4(a);
+      if (known(g)) continue;
+      ((ntohl(a) >> 24) == 127 ? loopback : t.entries_).push_back({g, if_nametoindex(i->ifa_name)});
     }
     freeifaddrs(list);
   }
   // Without any interface the device still needs a GID for loopback traffic.
-  if (loopback.empty()) loopback.push_back(from_ipv4(htonl(INADDR_LOOPBACK)));
-  t.gids_.insert(t.gids_.end(), loopback.begin(), loopback.end());
-  if (t.gids_.size() > kLength - 1) t.gids_.resize(kLength - 1);  // keep one empty entry
+  if (loopback.empty())
+    loopback.push_back({from_ipv4(htonl(INADDR_LOOPBACK)), if_nametoindex("lo")});
+  t.entries_.insert(t.entries_.end(), loopback.begin(), loopback.end());
+  if (t.entries_.size() > kLength - 1) t.entries_.resize(kLength - 1);  // keep one empty entry
   return t;
 }
 
 Gid GidTable::at(uint32_t index) const {
-  return index < gids_.size() ? gids_[index] : Gid{};
+  return index < entries_.size() ? entries_[index].gid : Gid{};
+}
+
+uint32_t GidTable::interface_of(uint32_t index) const {
+  return index < entries_.size() ? entries_[index].ifindex : 0;
 }
 
 bool GidTable::contains(const Gid& gid) const {
-  return std::find(gids_.begin(), gids_.end(), gid) != gids_.end();
+  return std::any_of(entries_.begin(), entries_.end(),
+                     [&](const Entry& e) { return e.gid == gid; });
 }
 
 }  // namespace softrdma

@@ -18,9 +18,11 @@ class GidTable {
   /// Reads the host's addresses now.
   static GidTable from_host();
 
-  uint32_t populated() const { return static_cast<uint32_t>(gids_.size()); }
+  uint32_t populated() const { return static_cast<uint32_t>(entries_.size()); }
   /// The GID at `index`, or the zero GID for an empty entry.
   Gid at(uint32_t index) const;
+  /// The index of the network interface that carries the GID at `index` (0 for an empty entry).
+  uint32_t interface_of(uint32_t index) const;
   bool contains(const Gid& gid) const;
 
   /// ::ffff:a.b.c.d for an IPv4 address given in network byte order.
@@ -29,7 +31,11 @@ class GidTable {
   static uint32_t ipv4_of(const Gid& gid);  // network byte order
 
  private:
-  std::vector<Gid> gids_;
+  struct Entry {
+    Gid gid;
+    uint32_t ifindex;
+  };
+  std::vector<Entry> entries_;
 };
 
 }  // namespace softrdma
