@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "support/other_user.hpp"
 #include "support/subprocess.hpp"
 #include "support/two_hosts.hpp"
 
@@ -195,30 +196,21 @@ TEST(DeviceView, SoftrdmaDeviceViewZeroLeavesItOut) {
 // A user without the right to mount gets the view through a user namespace of its own and
 // keeps its uid. The launcher and libraries are copied where that user may run them.
 TEST(DeviceView, WithoutRootTheProgramKeepsItsUidAndSeesTheDevice) {
-  if (geteuid() != 0) GTEST_SKIP() << "needs root to run a command as another user";
-  constexpr const char* kNobody = "65534";
-  const auto userns = rdmakit::testing::run({"setpriv", "--reuid", kNobody, "--regid", kNobody,
-                                             "--clear-groups", "unshare", "-U", "true"},
-                                            10s);
+  rdmakit::testing::OtherUser nobody;
+  if (!nobody.ok()) GTEST_SKIP() << nobody.reason();
+  std::vector<std::string> unshare = nobody.as_user();
+  unshare.insert(unshare.end(), {"unshare", "-U", "true"});
+  const auto userns = rdmakit::testing::run(unshare, 10s);
   if (!userns.ok()) GTEST_SKIP() << "user namespaces are not allowed here: " << userns.output;
-  char pattern[] = "/tmp/softrdma-view-user-XXXXXX";
-  ASSERT_NE(mkdtemp(pattern), nullptr);
-  const fs::path dir = pattern;
-  fs::permissions(dir, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
-                           fs::perms::others_read | fs::perms::others_exec);
-  const fs::path lib_dir = fs::path(SOFTRDMA_RUN).parent_path() / "softrdma" / "lib";
-  fs::copy(lib_dir, dir / "lib", fs::copy_options::recursive | fs::copy_options::copy_symlinks);
-  fs::copy_file(SOFTRDMA_RUN, dir / "softrdma-run");
-  const auto e =
-      rdmakit::testing::run({"setpriv", "--reuid", kNobody, "--regid", kNobody, "--clear-groups",
-                             (dir / "softrdma-run").string(), "sh", "-c",
-                             std::string("id -u; cat ") + kSysfs +
-                                 "/node_type; [ -c /dev/infiniband/uverbs0 ] && "
-                                 "echo node; ibv_devices"},
-                            30s, {"SOFTRDMA_LIB_DIR=" + (dir / "lib").string()});
-  fs::remove_all(dir);
+  std::vector<std::string> argv = nobody.softrdma_run();
+  argv.insert(argv.end(), {"sh", "-c",
+                           std::string("id -u; cat ") + kSysfs +
+                               "/node_type; [ -c /dev/infiniband/uverbs0 ] && echo node; "
+                               "ibv_devices"});
+  const auto e = rdmakit::testing::run(argv, 30s, nobody.env());
   ASSERT_TRUE(e.ok()) << e.describe() << "\n" << e.output;
-  EXPECT_THAT(e.output, HasSubstr(std::string(kNobody) + "\n1: CA\nnode\n"));
+  EXPECT_THAT(e.output,
+              HasSubstr(std::string(rdmakit::testing::OtherUser::kUid) + "\n1: CA\nnode\n"));
   EXPECT_THAT(e.output, HasSubstr("softrdma0"));
   EXPECT_THAT(e.output, Not(HasSubstr("is not shown")));
 }

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/registry.hpp"
 #include "support/subprocess.hpp"
 #include "verbs_fixture.hpp"
 #include "wire/protocol.hpp"
@@ -38,12 +39,17 @@ int thread_count() {
   return n;
 }
 
-// Connects the socket `s` to this host's softrdma port; closes it on failure.
-int connect_socket(int s, const char* ip) {
+// The port of the listener serving QP `qpn` on this host (see wire::port_of_qpn).
+uint16_t port_of_qpn(uint32_t qpn) {
+  return static_cast<uint16_t>(kPort + softrdma::Registry::qpn_range(qpn));
+}
+
+// Connects the socket `s` to 127.0.0.1:`port`; closes it on failure.
+int connect_socket(int s, uint16_t port) {
   sockaddr_in a{};
   a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(kPort));
-  inet_pton(AF_INET, ip, &a.sin_addr);
+  a.sin_port = htons(port);
+  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
   if (connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
     close(s);
     return -1;
@@ -53,8 +59,8 @@ int connect_socket(int s, const char* ip) {
   return s;
 }
 
-int connect_to(const char* ip) {
-  return connect_socket(socket(AF_INET, SOCK_STREAM, 0), ip);
+int connect_to(uint16_t port) {
+  return connect_socket(socket(AF_INET, SOCK_STREAM, 0), port);
 }
 
 // Takes every file descriptor this process may still open (the soft limit lowered to what
@@ -100,7 +106,9 @@ class TcpPathTest : public RcLoopbackTest {
     ASSERT_NE(qp, nullptr);
     ASSERT_EQ(rc_to_init(qp, kRemoteAccess), 0);
     ASSERT_EQ(rc_to_rtr(qp, qp->qp_num, gid0(), RcParams{}), 0);
+    listening_qpn_ = qp->qp_num;
   }
+  uint32_t listening_qpn_ = 0;
 
   // Sends a complete RDMA WRITE of 8 bytes of `byte` into `target` (of p_.b) over `s`, as
   // request `psn` of p_.a's stream, and returns the responder's answer.
@@ -119,6 +127,10 @@ class TcpPathTest : public RcLoopbackTest {
     return r;
   }
 
+  // This process's listener: that of its QP numbers (all in one range), after Listen() or
+  // ConnectPair().
+  uint16_t own_port() const { return port_of_qpn(p_.a ? p_.a->qp_num : listening_qpn_); }
+
   wire::Request valid_request(uint32_t dest_qpn) {
     wire::Request h{};
     h.magic = wire::kMagic;
@@ -135,7 +147,7 @@ class TcpPathTest : public RcLoopbackTest {
 
 TEST_F(TcpPathTest, GarbageHeaderClosesTheConnectionAndTheProcessLives) {
   ASSERT_NO_FATAL_FAILURE(Listen());
-  int s = connect_to("127.0.0.1");
+  int s = connect_to(own_port());
   ASSERT_GE(s, 0);
   std::vector<char> garbage(sizeof(wire::Request), '\x5a');
   ASSERT_EQ(send(s, garbage.data(), garbage.size(), 0), static_cast<ssize_t>(garbage.size()));
@@ -152,7 +164,7 @@ TEST_F(TcpPathTest, GarbageHeaderClosesTheConnectionAndTheProcessLives) {
 
 TEST_F(TcpPathTest, LengthBeyondTheMaximumMessageIsRefused) {
   ASSERT_NO_FATAL_FAILURE(Listen());
-  int s = connect_to("127.0.0.1");
+  int s = connect_to(own_port());
   ASSERT_GE(s, 0);
   wire::Request h = valid_request(0x100);
   h.length = h.payload_len = uint64_t{1} << 40;  // would make the responder allocate 1 TiB
@@ -164,7 +176,7 @@ TEST_F(TcpPathTest, LengthBeyondTheMaximumMessageIsRefused) {
 TEST_F(TcpPathTest, TruncatedRequestIsDroppedWithoutEffect) {
   ASSERT_NO_FATAL_FAILURE(ConnectPair());
   Buffer target = NewBuffer(64, kRemoteAccess, 0);
-  int s = connect_to("127.0.0.1");
+  int s = connect_to(own_port());
   ASSERT_GE(s, 0);
   // A well-formed RDMA WRITE to a real QP and region, cut off in its payload.
   wire::Request h = valid_request(p_.b->qp_num);
@@ -181,7 +193,7 @@ TEST_F(TcpPathTest, TruncatedRequestIsDroppedWithoutEffect) {
 
 TEST_F(TcpPathTest, WellFormedRequestToAMissingQpIsAnsweredNoAnswer) {
   ASSERT_NO_FATAL_FAILURE(Listen());
-  int s = connect_to("127.0.0.1");
+  int s = connect_to(own_port());
   ASSERT_GE(s, 0);
   wire::Request h = valid_request(0xfffff0);  // no such QP
   char payload[8] = {};
@@ -198,13 +210,14 @@ TEST_F(TcpPathTest, WellFormedRequestToAMissingQpIsAnsweredNoAnswer) {
 TEST_F(TcpPathTest, MalformedResponsesFailTheRequesterAfterItsRetryBudget) {
   // A fake host at 127.0.0.2 (not one of softrdma0's GIDs, so reached over TCP) answers
   // every request with garbage.
+  constexpr uint32_t kFakeQpn = 0x4242;
   int listener = socket(AF_INET, SOCK_STREAM, 0);
   int one = 1;
   setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   setsockopt(listener, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
   sockaddr_in a{};
   a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(kPort));
+  a.sin_port = htons(port_of_qpn(kFakeQpn));
   inet_pton(AF_INET, "127.0.0.2", &a.sin_addr);
   ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a), 0) << strerror(errno);
   ASSERT_EQ(listen(listener, 8), 0);
@@ -235,7 +248,7 @@ TEST_F(TcpPathTest, MalformedResponsesFailTheRequesterAfterItsRetryBudget) {
   RcParams fast;
   fast.timeout = 10;  // 4 ms
   fast.retry_cnt = 1;
-  ASSERT_EQ(rc_connect(qp, 0x4242, remote, fast), 0);
+  ASSERT_EQ(rc_connect(qp, kFakeQpn, remote, fast), 0);
   Buffer src = NewBuffer(8, kRemoteAccess, 1);
   ASSERT_EQ(post_send(qp, rdma_wr(9, IBV_WR_RDMA_WRITE, 0x1000, 0x77), {src.sge()}), 0);
   ASSERT_EQ(post_send(qp, rdma_wr(10, IBV_WR_RDMA_WRITE, 0x1000, 0x77), {src.sge()}), 0);
@@ -273,7 +286,7 @@ TEST_F(TcpPathTest, ReadsBeyondTheOutputLimitAreAllAnsweredInOrder) {
     h.length = kReadSize;
     h.payload_len = 0;
   }
-  const int s = connect_to("127.0.0.1");
+  const int s = connect_to(own_port());
   ASSERT_GE(s, 0);
   const size_t bytes = batch.size() * sizeof(wire::Request);
   ASSERT_EQ(send(s, batch.data(), bytes, 0), static_cast<ssize_t>(bytes));
@@ -309,13 +322,13 @@ TEST_F(TcpPathTest, ThousandsOfIdleConnectionsLeaveThreadsBoundedAndRequestsServ
 
   std::vector<int> idle;
   for (int i = 0; i < kIdle; ++i) {
-    const int s = connect_to("127.0.0.1");
+    const int s = connect_to(own_port());
     ASSERT_GE(s, 0) << "connection " << i << ": " << strerror(errno);
     idle.push_back(s);
   }
   EXPECT_LE(thread_count(), threads_before + 1) << "a thread per connection";
 
-  const int s = connect_to("127.0.0.1");
+  const int s = connect_to(own_port());
   ASSERT_GE(s, 0);
   const wire::Response r = write_over_tcp(s, target, 8, '\x42');
   EXPECT_EQ(r.reply, wire::Reply::kDone);
@@ -332,8 +345,8 @@ TEST_F(TcpPathTest, ThousandsOfIdleConnectionsLeaveThreadsBoundedAndRequestsServ
 TEST_F(TcpPathTest, OutOfDescriptorsTheOldestSilentConnectionMakesRoom) {
   ASSERT_NO_FATAL_FAILURE(ConnectPair());
   Buffer target = NewBuffer(64, kRemoteAccess, 0);
-  const int silent = connect_to("127.0.0.1");
-  const int talking = connect_to("127.0.0.1");
+  const int silent = connect_to(own_port());
+  const int talking = connect_to(own_port());
   ASSERT_TRUE(silent >= 0 && talking >= 0);
   // Answered: the responder has accepted both connections (in order).
   ASSERT_EQ(write_over_tcp(talking, target, 8, '\x22').reply, wire::Reply::kDone);
@@ -342,7 +355,7 @@ TEST_F(TcpPathTest, OutOfDescriptorsTheOldestSilentConnectionMakesRoom) {
   {
     DescriptorsExhausted exhausted;
     ASSERT_TRUE(exhausted.ok());
-    const int s = connect_socket(reserved, "127.0.0.1");
+    const int s = connect_socket(reserved, own_port());
     ASSERT_GE(s, 0);
     EXPECT_EQ(write_over_tcp(s, target, 0, '\x33').reply, wire::Reply::kDone);
     EXPECT_TRUE(target.all(0x33, 0, 8));
@@ -365,7 +378,7 @@ TEST_F(TcpPathTest, OutOfDescriptorsWithNothingToCloseTheListenerRestsWithoutSpi
   {
     DescriptorsExhausted exhausted;
     ASSERT_TRUE(exhausted.ok());
-    s = connect_socket(reserved, "127.0.0.1");  // the kernel completes it; accept cannot
+    s = connect_socket(reserved, own_port());  // the kernel completes it; accept cannot
     ASSERT_GE(s, 0);
     const double before = cpu_seconds();
     std::this_thread::sleep_for(std::chrono::milliseconds(1000));
@@ -382,8 +395,8 @@ TEST_F(TcpPathTest, OutOfDescriptorsWithNothingToCloseTheListenerRestsWithoutSpi
 TEST_F(TcpPathTest, SilentConnectionsAreClosedAfterTheTimeoutOthersStay) {
   ASSERT_NO_FATAL_FAILURE(ConnectPair());
   Buffer target = NewBuffer(64, kRemoteAccess, 0);
-  const int silent = connect_to("127.0.0.1");
-  const int talking = connect_to("127.0.0.1");
+  const int silent = connect_to(own_port());
+  const int talking = connect_to(own_port());
   ASSERT_TRUE(silent >= 0 && talking >= 0);
   EXPECT_EQ(write_over_tcp(talking, target, 0, '\x11').reply, wire::Reply::kDone);
   const auto start = std::chrono::steady_clock::now();

@@ -1,6 +1,7 @@
 #include "engine/registry.hpp"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -9,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <string>
 #include <system_error>
 #include <thread>
 
@@ -24,8 +26,8 @@ struct Registry::Header {
 
 namespace {
 
-constexpr uint64_t kMagic = 0x33764d4452544653ull;  // "SFTRDMv3"
-constexpr uint32_t kLayoutVersion = 3;
+constexpr uint64_t kMagic = 0x34764d4452544653ull;  // "SFTRDMv4"
+constexpr uint32_t kLayoutVersion = 4;
 constexpr size_t kHeaderBytes = 4096;
 constexpr size_t kQpBytes = sizeof(QpSlot) * Registry::kQpCapacity;
 constexpr size_t kMrBytes = sizeof(MrSlot) * Registry::kMrCapacity;
@@ -38,6 +40,72 @@ std::string registry_path() {
   char buf[64];
   std::snprintf(buf, sizeof buf, "/dev/shm/softrdma-v%u-%u", kLayoutVersion, getuid());
   return buf;
+}
+
+// Reads the small text file at `path` ("" when it cannot).
+std::string read_small_file(const std::string& path) {
+  char text[256] = {};
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const ssize_t n = fd < 0 ? -1 : read(fd, text, sizeof text - 1);
+  if (fd >= 0) close(fd);
+  return n > 0 ? std::string(text, static_cast<size_t>(n)) : std::string();
+}
+
+// Opens (creating if needed) a file that every user of the host opens for reading; flock
+// needs no more. Created with O_EXCL only: in a sticky directory such as /dev/shm, O_CREAT on
+// a file of another user is refused (fs.protected_regular).
+int open_shared_file(const std::string& path) {
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd >= 0 || errno != ENOENT) return fd;
+    const int created = open(path.c_str(), O_RDONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (created >= 0) {
+      fchmod(created, 0644);  // whatever the umask
+      return created;
+    }
+    if (errno != EEXIST) return -1;
+  }
+  return -1;
+}
+
+// The QP number range of the registry at `registry`. Range R belongs to the registry named
+// in /dev/shm/softrdma-v<layout>-qpn-range-<R>; claims are made under a host-wide lock, and
+// a claim whose registry file is gone (a removed test registry) is taken over by its owner.
+uint32_t claim_qpn_range(const std::string& registry) {
+  char prefix[64];
+  std::snprintf(prefix, sizeof prefix, "/dev/shm/softrdma-v%u-qpn-range-", kLayoutVersion);
+  const std::string lock_path = std::string(prefix) + "lock";
+  const int lock_fd = open_shared_file(lock_path);
+  if (lock_fd < 0) throw std::system_error(errno, std::generic_category(), "open " + lock_path);
+  while (flock(lock_fd, LOCK_EX) != 0 && errno == EINTR) {
+  }
+  uint32_t range = Registry::kQpnRanges;
+  uint32_t free_range = Registry::kQpnRanges;
+  for (uint32_t r = 0; r < Registry::kQpnRanges && range == Registry::kQpnRanges; ++r) {
+    const std::string claim = prefix + std::to_string(r);
+    const std::string owner = read_small_file(claim);
+    if (owner == registry) range = r;
+    if (free_range != Registry::kQpnRanges) continue;
+    struct stat st {};
+    const bool stale = !owner.empty() && stat(owner.c_str(), &st) != 0 && errno == ENOENT &&
+                       unlink(claim.c_str()) == 0;  // only the claim's owner may remove it
+    if (stale || (owner.empty() && access(claim.c_str(), F_OK) != 0)) free_range = r;
+  }
+  if (range == Registry::kQpnRanges && free_range != Registry::kQpnRanges) {
+    const std::string claim = prefix + std::to_string(free_range);
+    const int fd = open(claim.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      fchmod(fd, 0644);
+      if (write(fd, registry.data(), registry.size()) == static_cast<ssize_t>(registry.size()))
+        range = free_range;
+      close(fd);
+      if (range != free_range) unlink(claim.c_str());
+    }
+  }
+  close(lock_fd);  // releases the lock
+  if (range == Registry::kQpnRanges)
+    throw std::system_error(ENOSPC, std::generic_category(), "no free QP number range");
+  return range;
 }
 
 uint32_t random_tag() {
@@ -95,13 +163,15 @@ Registry& Registry::instance() {
     void* base = mmap(nullptr, kFileBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
     if (base == MAP_FAILED) throw std::system_error(errno, std::generic_category(), "mmap");
-    return new Registry(base);
+    return new Registry(base, claim_qpn_range(path));
   }();
   return *registry;
 }
 
-Registry::Registry(void* base)
+Registry::Registry(void* base, uint32_t qpn_range)
     : header_(static_cast<Header*>(base)),
+      qpn_range_(qpn_range),
+      first_qpn_(kFirstQpn + qpn_range * kQpCapacity),
       qps_(reinterpret_cast<QpSlot*>(static_cast<char*>(base) + kHeaderBytes)),
       mrs_(reinterpret_cast<MrSlot*>(static_cast<char*>(base) + kHeaderBytes + kQpBytes)),
       mr_users_(reinterpret_cast<MrUsers*>(static_cast<char*>(base) + kHeaderBytes + kQpBytes +
@@ -129,12 +199,12 @@ uint32_t Registry::claim_qpn(uint64_t qp_offset, int arena_fd) {
   s->users.store(0, std::memory_order_relaxed);
   s->generation.fetch_add(1, std::memory_order_relaxed);
   s->state.store(static_cast<uint32_t>(SlotState::kLive), std::memory_order_release);
-  return kFirstQpn + index;
+  return first_qpn_ + index;
 }
 
 QpSlot* Registry::qp_slot(uint32_t qpn) {
-  if (qpn < kFirstQpn || qpn >= kFirstQpn + kQpCapacity) return nullptr;
-  return &qps_[qpn - kFirstQpn];
+  if (!owns_qpn(qpn)) return nullptr;
+  return &qps_[qpn - first_qpn_];
 }
 
 namespace {

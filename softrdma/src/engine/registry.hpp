@@ -2,9 +2,12 @@
 //
 // It gives QP numbers that are unique on the host and finds the process that owns a QP or
 // a memory region, with no daemon. Entries carry the owner's identity (pid + start time),
-// so entries of processes that died are recognised and reused.
+// so entries of processes that died are recognised and reused. Each registry (each user)
+// numbers its QPs in a range of its own, claimed host-wide, so that a QP number says which
+// user's processes own it and which port they listen on.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -60,14 +63,26 @@ class Registry {
   static constexpr uint32_t kQpCapacity = 16384;
   static constexpr uint32_t kMrCapacity = 65536;
   static constexpr uint32_t kFirstQpn = 0x100;
+  // QP number ranges of kQpCapacity, one per registry, 24-bit numbers all.
+  static constexpr uint32_t kQpnRanges = ((1u << 24) - kFirstQpn) / kQpCapacity;
   static constexpr uint32_t kAtomicStripes = 4096;
   // Key = slot index in the low 16 bits, a random tag above it, so keys are not guessable.
   static constexpr uint32_t kMrIndexBits = 16;
   static_assert((1u << kMrIndexBits) == kMrCapacity);
-  static_assert(kFirstQpn + kQpCapacity < (1u << 24), "QP numbers are 24 bits");
+  static_assert(kFirstQpn + kQpnRanges * kQpCapacity <= (1u << 24), "QP numbers are 24 bits");
 
   /// Maps (creating if needed) the registry of this user. Throws std::system_error.
   static Registry& instance();
+
+  /// The range that `qpn` falls in (kQpnRanges for a number in none).
+  static uint32_t qpn_range(uint32_t qpn) {
+    return qpn < kFirstQpn ? kQpnRanges : std::min((qpn - kFirstQpn) / kQpCapacity, kQpnRanges);
+  }
+  /// This registry's range, and whether `qpn` is in it (a QP of this user).
+  uint32_t own_qpn_range() const { return qpn_range_; }
+  bool owns_qpn(uint32_t qpn) const { return qpn_range(qpn) == qpn_range_; }
+  /// The n-th QP number of this registry's range.
+  uint32_t qpn_at(uint32_t index) const { return first_qpn_ + index; }
 
   /// Claims a QP number for a QP whose shared block is at `qp_offset` in this process's arena.
   /// Returns 0 when the table is full.
@@ -95,8 +110,10 @@ class Registry {
 
  private:
   struct Header;
-  explicit Registry(void* base);
+  Registry(void* base, uint32_t qpn_range);
   Header* header_;
+  uint32_t qpn_range_;
+  uint32_t first_qpn_;
   QpSlot* qps_;
   MrSlot* mrs_;
   MrUsers* mr_users_;

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "engine/progress.hpp"
+#include "engine/registry.hpp"
 #include "engine/send_completion.hpp"
 #include "engine/transmit.hpp"
 #include "wire/link.hpp"
@@ -12,6 +13,10 @@ namespace {
 
 const uint8_t* destination_gid(const Qp& qp, const SendWork& w) {
   return qp.qpx.qp_base.qp_type == IBV_QPT_UD ? w.dgid.data() : qp.attr.ah_attr.grh.dgid.raw;
+}
+
+uint32_t destination_qpn(const Qp& qp, const SendWork& w) {
+  return qp.qpx.qp_base.qp_type == IBV_QPT_UD ? w.remote_qpn : qp.attr.dest_qp_num;
 }
 
 wire::Request make_request(const Qp& qp, const SendWork& w, uint64_t length) {
@@ -24,7 +29,7 @@ wire::Request make_request(const Qp& qp, const SendWork& w, uint64_t length) {
       ((w.send_flags & IBV_SEND_SOLICITED) ? wire::kSolicited : 0) |
       ((w.opcode == IBV_WR_SEND_WITH_IMM || w.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) ? wire::kHasImm
                                                                                     : 0));
-  h.dest_qpn = qp.qpx.qp_base.qp_type == IBV_QPT_UD ? w.remote_qpn : qp.attr.dest_qp_num;
+  h.dest_qpn = destination_qpn(qp, w);
   h.src_qpn = qp.qpx.qp_base.qp_num;
   h.psn = w.psn;
   h.imm_data = w.imm_data;
@@ -70,7 +75,9 @@ bool deliver_result(Qp& qp, const SendWork& w, const std::vector<char>& payload)
 }  // namespace
 
 bool destination_is_remote(const Qp& qp, const SendWork& w) {
-  if (qp.qpx.qp_base.qp_type == IBV_QPT_UD) return !qp.ctx->gids.contains(w.dgid);
+  // A QP of another user on this host is reached through its listener, like another host's.
+  if (qp.qpx.qp_base.qp_type == IBV_QPT_UD)
+    return !qp.ctx->gids.contains(w.dgid) || !Registry::instance().owns_qpn(w.remote_qpn);
   return !qp.peer_on_this_host;
 }
 
@@ -79,7 +86,8 @@ Outcome transmit(Qp& qp, SendWork& w, const iovec* payload, int count, uint64_t 
   Gid dgid;
   std::memcpy(dgid.data(), destination_gid(qp, w), 16);
   std::shared_ptr<wire::Link> link;
-  if (GidTable::is_ipv4_mapped(dgid)) link = wire::Link::to(GidTable::ipv4_of(dgid));
+  if (GidTable::is_ipv4_mapped(dgid))
+    link = wire::Link::to(GidTable::ipv4_of(dgid), wire::port_of_qpn(destination_qpn(qp, w)));
   if (!link) return retries_exhausted(qp, w, now) ? Outcome::kCompleted : Outcome::kBlocked;
   if (!w.has_psn) {
     w.psn = qp.next_psn++;

@@ -40,13 +40,13 @@ void local_qp_set(uint32_t qpn, Qp* qp) {
   // A helper that already read this entry finishes with the QP before it can be destroyed.
   std::unique_lock taking_out(local_qp_mutex(), std::defer_lock);
   if (qp == nullptr) taking_out.lock();
-  g_local_qps[qpn - Registry::kFirstQpn].store(qp, std::memory_order_release);
+  g_local_qps[qpn - Registry::instance().qpn_at(0)].store(qp, std::memory_order_release);
 }
 
 Qp* local_qp(uint32_t qpn) {
-  if (qpn < Registry::kFirstQpn || qpn >= Registry::kFirstQpn + Registry::kQpCapacity)
-    return nullptr;
-  return g_local_qps[qpn - Registry::kFirstQpn].load(std::memory_order_acquire);
+  const Registry& registry = Registry::instance();
+  if (!registry.owns_qpn(qpn)) return nullptr;
+  return g_local_qps[qpn - registry.qpn_at(0)].load(std::memory_order_acquire);
 }
 
 }  // namespace softrdma

@@ -212,8 +212,9 @@ void with_local_qp(uint32_t qpn, Fn fn) {
 template <typename Fn>
 void for_each_local_qp(Fn fn) {
   std::shared_lock using_qps(local_qp_mutex());
+  const Registry& registry = Registry::instance();
   for (uint32_t i = 0; i < Registry::kQpCapacity; ++i)
-    if (Qp* qp = local_qp(Registry::kFirstQpn + i)) fn(*qp);
+    if (Qp* qp = local_qp(registry.qpn_at(i))) fn(*qp);
 }
 
 }  // namespace softrdma

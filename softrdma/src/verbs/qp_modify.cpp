@@ -148,12 +148,15 @@ void apply(Qp& q, const ibv_qp_attr& a, int mask) {
   if (mask & IBV_QP_AV) {
     m.ah_attr = a.ah_attr;
     std::memcpy(s.dest_gid, a.ah_attr.grh.dgid.raw, 16);
-    // Without a GRH the destination is this host (convenient for ibv_rc_pingpong without
-    // -g); with one, the destination GID says which host.
-    Gid dgid;
-    std::memcpy(dgid.data(), a.ah_attr.grh.dgid.raw, 16);
-    q.peer_on_this_host = !a.ah_attr.is_global || q.ctx->gids.contains(dgid);
     q.peer = TargetQp{};
+  }
+  if (mask & (IBV_QP_AV | IBV_QP_DEST_QPN)) {
+    // Reached through shared memory when the GID is this host's and the QP number one of
+    // this user's registry; another user's QP on this host is reached through its listener.
+    Gid dgid;
+    std::memcpy(dgid.data(), m.ah_attr.grh.dgid.raw, 16);
+    q.peer_on_this_host =
+        q.ctx->gids.contains(dgid) && Registry::instance().owns_qpn(m.dest_qp_num);
   }
 }
 

@@ -19,12 +19,12 @@ namespace {
 
 constexpr int kConnectTimeoutMs = 1000;
 
-int connect_to(uint32_t ipv4_be) {
+int connect_to(uint32_t ipv4_be, uint16_t port) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return -1;
   sockaddr_in a{};
   a.sin_family = AF_INET;
-  a.sin_port = htons(port());
+  a.sin_port = htons(port);
   a.sin_addr.s_addr = ipv4_be;
   int rc = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
   if (rc != 0 && errno == EINPROGRESS) {
@@ -46,22 +46,25 @@ int connect_to(uint32_t ipv4_be) {
 
 }  // namespace
 
-std::shared_ptr<Link> Link::to(uint32_t ipv4_be) {
+std::shared_ptr<Link> Link::to(uint32_t ipv4_be, uint16_t port) {
+  if (port == 0) return nullptr;
   static std::mutex mutex;
   // Never destroyed: verbs called from other threads may still reach it while exit() runs.
-  static auto& links = *new std::map<uint32_t, std::shared_ptr<Link>>();
+  static auto& links = *new std::map<std::pair<uint32_t, uint16_t>, std::shared_ptr<Link>>();
   static pid_t links_pid = 0;
   std::lock_guard lock(mutex);
   if (links_pid != getpid()) {  // a forked child does not share its parent's connections
     links.clear();
     links_pid = getpid();
   }
-  if (auto it = links.find(ipv4_be); it != links.end() && it->second->alive()) return it->second;
-  int fd = connect_to(ipv4_be);
+  const std::pair destination{ipv4_be, port};
+  if (auto it = links.find(destination); it != links.end() && it->second->alive())
+    return it->second;
+  int fd = connect_to(ipv4_be, port);
   if (fd < 0) return nullptr;
   std::shared_ptr<Link> link(new Link(fd));
   link->self_ = link;
-  links[ipv4_be] = link;
+  links[destination] = link;
   std::thread(read_loop, link).detach();
   return link;
 }

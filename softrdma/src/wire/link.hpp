@@ -20,9 +20,9 @@ namespace softrdma::wire {
 
 class Link {
  public:
-  /// The connection to the host with IPv4 address `ipv4_be`; made (or remade after a
-  /// failure) on demand. nullptr when the host cannot be reached right now.
-  static std::shared_ptr<Link> to(uint32_t ipv4_be);
+  /// The connection to the softrdma listener at `ipv4_be`:`port` (see port_of_qpn); made
+  /// (or remade after a failure) on demand. nullptr when it cannot be reached right now.
+  static std::shared_ptr<Link> to(uint32_t ipv4_be, uint16_t port);
 
   /// Sends a request and its payload, or queues what the socket cannot take now (the
   /// payload is copied: the caller may reuse it). False once the connection is broken.

@@ -218,10 +218,11 @@ void ensure_listening() {
   setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
   sockaddr_in a{};
   a.sin_family = AF_INET;
-  a.sin_port = htons(port());
+  a.sin_port = htons(listen_port());
   a.sin_addr.s_addr = htonl(INADDR_ANY);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(fd, SOMAXCONN) != 0) {
-    SOFTRDMA_DEBUG_LOG("cannot listen on port %u: %s", port(), std::strerror(errno));
+  if (listen_port() == 0 || bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      listen(fd, SOMAXCONN) != 0) {
+    SOFTRDMA_DEBUG_LOG("cannot listen on port %u: %s", listen_port(), std::strerror(errno));
     close(fd);
     close(epfd);
     return;

@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "engine/qp_types.hpp"
+#include "engine/registry.hpp"
 #include "verbs/device_limits.hpp"
 
 namespace softrdma::wire {
@@ -14,6 +15,21 @@ uint16_t port() {
     return static_cast<uint16_t>(v > 0 && v < 65536 ? v : kDefaultPort);
   }();
   return p;
+}
+
+namespace {
+uint16_t port_of_range(uint32_t range) {
+  const uint32_t p = port() + range;
+  return range < Registry::kQpnRanges && p <= 65535 ? static_cast<uint16_t>(p) : 0;
+}
+}  // namespace
+
+uint16_t port_of_qpn(uint32_t qpn) {
+  return port_of_range(Registry::qpn_range(qpn));
+}
+
+uint16_t listen_port() {
+  return port_of_range(Registry::instance().own_qpn_range());
 }
 
 bool carries_payload(uint8_t opcode) {

@@ -14,8 +14,14 @@ namespace softrdma::wire {
 inline constexpr uint32_t kMagic = 0x31445253;  // "SRD1"
 inline constexpr uint16_t kDefaultPort = 4791;  // RoCE v2's port number, over TCP here
 
-/// The port of the host's softrdma listeners (SOFTRDMA_PORT overrides it).
+/// The base port of the host's softrdma listeners (SOFTRDMA_PORT overrides it).
 uint16_t port();
+/// The port that the processes owning QP `qpn` listen on: the base port plus the QP's number
+/// range, one range per user of a host (ports of one process set may not be shared across
+/// users). 0 when `qpn` is in no range or the port would exceed 65535.
+uint16_t port_of_qpn(uint32_t qpn);
+/// The port this process's listener takes (that of its own QP numbers).
+uint16_t listen_port();
 
 enum class Kind : uint8_t { kRequest = 1, kResponse = 2 };
 
