@@ -352,10 +352,11 @@ TEST_F(TcpPathTest, OutOfDescriptorsTheOldestSilentConnectionMakesRoom) {
   ASSERT_EQ(write_over_tcp(talking, target, 8, '\x22').reply, wire::Reply::kDone);
   const int reserved = socket(AF_INET, SOCK_STREAM, 0);  // its descriptor taken beforehand
   ASSERT_GE(reserved, 0);
+  const uint16_t port = own_port();  // UBSan's checks of a first member call need a pipe
   {
     DescriptorsExhausted exhausted;
     ASSERT_TRUE(exhausted.ok());
-    const int s = connect_socket(reserved, own_port());
+    const int s = connect_socket(reserved, port);
     ASSERT_GE(s, 0);
     EXPECT_EQ(write_over_tcp(s, target, 0, '\x33').reply, wire::Reply::kDone);
     EXPECT_TRUE(target.all(0x33, 0, 8));
@@ -374,11 +375,13 @@ TEST_F(TcpPathTest, OutOfDescriptorsWithNothingToCloseTheListenerRestsWithoutSpi
   Buffer target = NewBuffer(64, kRemoteAccess, 0);
   const int reserved = socket(AF_INET, SOCK_STREAM, 0);
   ASSERT_GE(reserved, 0);
+  // Before the descriptors go: UBSan's checks of a member call need a pipe.
+  const uint16_t port = own_port();
   int s = -1;
   {
     DescriptorsExhausted exhausted;
     ASSERT_TRUE(exhausted.ok());
-    s = connect_socket(reserved, own_port());  // the kernel completes it; accept cannot
+    s = connect_socket(reserved, port);  // the kernel completes it; accept cannot
     ASSERT_GE(s, 0);
     const double before = cpu_seconds();
     std::this_thread::sleep_for(std::chrono::milliseconds(1000));
