@@ -43,7 +43,22 @@ constexpr const char* kMustPass[] = {"test_rdmacm_sync_traffic",
                                      "test_query_uc_qp",
                                      "test_mr_rereg_access",
                                      "test_mr_rereg_addr",
-                                     "test_mr_rereg_pd"};
+                                     "test_mr_rereg_pd",
+                                     "test_mw_type1",
+                                     "test_invalidate_mw_type1",
+                                     "test_mw_type2",
+                                     "test_mw_type2_invalidate_local",
+                                     "test_mw_type2_invalidate_remote",
+                                     "test_mw_type2_invalidate_dealloc",
+                                     "test_qp_ex_rc_bind_mw",
+                                     "test_qp_ex_rc_atomic_write",
+                                     "test_odp_rc_traffic",
+                                     "test_odp_implicit_rc_traffic",
+                                     "test_odp_ud_traffic",
+                                     "test_odp_rc_srq_traffic",
+                                     "test_odp_rc_rdma_read",
+                                     "test_odp_rc_atomic_fetch_and_add",
+                                     "test_odp_sync_prefetch_rc_traffic"};
 
 struct SuiteResult {
   int passed = 0, failed = 0, errors = 0, skipped = 0;

@@ -11,7 +11,9 @@ namespace {
 constexpr uint64_t kRcOps = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
                             IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
                             IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
-                            IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+                            IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_ATOMIC_WRITE |
+                            IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV |
+                            IBV_QP_EX_WITH_SEND_WITH_INV;
 
 class QpExTest : public RcLoopbackTest {
  protected:
@@ -252,14 +254,77 @@ TEST_F(QpExTest, AbortAndMisuseLeaveTheQueueUntouched) {
   EXPECT_TRUE(remote.all(0, 0, 64));
 }
 
+TEST_F(QpExTest, AtomicWriteStoresItsEightBytesAtOnce) {
+  ASSERT_NO_FATAL_FAILURE(ConnectExPair());
+  Buffer remote = NewBuffer(64, kRemoteAccess, 0);
+  uint64_t value = 0x1122334455667788;
+  ibv_wr_start(x_);
+  x_->wr_id = 5;
+  x_->wr_flags = IBV_SEND_SIGNALED;
+  ibv_wr_atomic_write(x_, remote.rkey(), remote.addr(8), &value);
+  value = 0;  // the value was taken when the work request was built
+  ASSERT_EQ(ibv_wr_complete(x_), 0);
+  const ibv_wc wc = poll_one(cq_a_);
+  ASSERT_TRUE(completed(wc, 5));
+  EXPECT_EQ(wc.opcode, IBV_WC_ATOMIC_WRITE);
+  uint64_t stored = 0;
+  std::memcpy(&stored, remote.data() + 8, 8);
+  EXPECT_EQ(stored, 0x1122334455667788u);
+  EXPECT_TRUE(remote.all(0, 0, 8) && remote.all(0, 16));
+}
+
+TEST_F(QpExTest, AtomicWriteToAMisalignedAddressIsAnInvalidRequest) {
+  ASSERT_NO_FATAL_FAILURE(ConnectExPair());
+  Buffer remote = NewBuffer(64, kRemoteAccess, 0);
+  const uint64_t value = 1;
+  ibv_wr_start(x_);
+  x_->wr_id = 6;
+  x_->wr_flags = IBV_SEND_SIGNALED;
+  ibv_wr_atomic_write(x_, remote.rkey(), remote.addr(4), &value);
+  ASSERT_EQ(ibv_wr_complete(x_), 0);
+  EXPECT_TRUE(completed(poll_one(cq_a_), 6, IBV_WC_REM_INV_REQ_ERR));
+  EXPECT_TRUE(remote.all(0));
+}
+
+TEST_F(QpExTest, WindowsAreBoundAndInvalidatedThroughTheExtendedApi) {
+  ASSERT_NO_FATAL_FAILURE(ConnectExPair());
+  Buffer region = NewBuffer(4096, kRemoteAccess | IBV_ACCESS_MW_BIND, 0);
+  Buffer source = NewBuffer(64, kRemoteAccess, 0x3c);
+  ibv_mw* mw = ibv_alloc_mw(pd(), IBV_MW_TYPE_2);
+  ASSERT_NE(mw, nullptr);
+  const uint32_t key = ibv_inc_rkey(mw->rkey);
+  const ibv_mw_bind_info info{region.mr.get(), region.addr(0), 4096, IBV_ACCESS_REMOTE_WRITE};
+  ibv_wr_start(x_);
+  x_->wr_id = 7;
+  x_->wr_flags = IBV_SEND_SIGNALED;
+  ibv_wr_bind_mw(x_, mw, key, &info);
+  ASSERT_EQ(ibv_wr_complete(x_), 0);
+  ASSERT_TRUE(completed(poll_one(cq_a_), 7));
+  // b_ writes into a_'s region through the window, which a_ then invalidates.
+  ASSERT_EQ(post_send(b_, rdma_wr(8, IBV_WR_RDMA_WRITE, region.addr(0), key), {source.sge()}), 0);
+  ASSERT_TRUE(completed(poll_one(cq_b_), 8));
+  EXPECT_TRUE(region.all(0x3c, 0, 64));
+  ibv_wr_start(x_);
+  x_->wr_id = 9;
+  ibv_wr_local_inv(x_, key);
+  ASSERT_EQ(ibv_wr_complete(x_), 0);
+  ASSERT_TRUE(completed(poll_one(cq_a_), 9));
+  ASSERT_EQ(post_send(b_, rdma_wr(10, IBV_WR_RDMA_WRITE, region.addr(0), key), {source.sge()}), 0);
+  EXPECT_TRUE(completed(poll_one(cq_b_), 10, IBV_WC_REM_ACCESS_ERR));
+  EXPECT_EQ(ibv_dealloc_mw(mw), 0);
+}
+
 TEST_F(QpExTest, CreationRefusesOperationsTheQpTypeLacks) {
   ibv_cq* cq = NewCq();
   errno = 0;
   EXPECT_EQ(NewQpEx(IBV_QPT_UD, cq, IBV_QP_EX_WITH_RDMA_WRITE), nullptr);
   EXPECT_EQ(errno, EOPNOTSUPP);
   errno = 0;
-  EXPECT_EQ(NewQpEx(IBV_QPT_RC, cq, IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_BIND_MW), nullptr);
-  EXPECT_EQ(errno, EOPNOTSUPP) << "memory windows";
+  EXPECT_EQ(NewQpEx(IBV_QPT_UD, cq, IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_BIND_MW), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP) << "memory windows are bound on connected QPs";
+  errno = 0;
+  EXPECT_EQ(NewQpEx(IBV_QPT_UD, cq, IBV_QP_EX_WITH_ATOMIC_WRITE), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP) << "atomic write is RC's";
   ibv_qp* plain = NewQp(IBV_QPT_RC, cq, cq);
   ASSERT_NE(plain, nullptr);
   EXPECT_EQ(ibv_qp_to_qp_ex(plain), nullptr) << "created without send_ops_flags";

@@ -1,10 +1,15 @@
 // Questions about this process's address space, answered from /proc/self/maps.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 
 namespace softrdma {
+
+// True if every page of [start, start+length) is mapped in this process (mincore: cheap,
+// no /proc read); says nothing of the rights.
+bool range_is_mapped(uintptr_t start, size_t length);
 
 // One mapping as /proc/self/maps describes it.
 struct MappingLine {

@@ -5,31 +5,77 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include "common/mapping_check.hpp"
 #include "engine/shared_pages.hpp"
 
 namespace softrdma {
 
-bool PinnedRanges::add(uint32_t key, uint64_t addr, uint64_t length, const ProcessId& owner,
-                       uint32_t pd_id, uint32_t access) {
-  if (count_ >= kMaxSge) return false;
-  MrSlot* s = Registry::instance().mr_slot(key);
-  if (!s || s->key.load(std::memory_order_acquire) != key) return false;
-  if (s->pid != owner.pid || s->start_time != owner.start_time || s->pd_id != pd_id) return false;
-  if ((s->access & access) != access) return false;
-  if (addr < s->iova || length > s->length || addr - s->iova > s->length - length) return false;
-  std::atomic<uint32_t>& users = Registry::instance().mr_users(key);
-  if (pin_) {
-    users.fetch_add(1, std::memory_order_seq_cst);
-    // Re-check after pinning: ibv_dereg_mr clears the key, then waits for users to drain.
-    if (s->key.load(std::memory_order_seq_cst) != key) {
-      users.fetch_sub(1, std::memory_order_release);
-      return false;
-    }
+namespace {
+
+// The slot admits [addr, addr+length) of `owner`'s memory with every bit of `access`.
+bool admits(const MrSlot& s, uint64_t addr, uint64_t length, const ProcessId& owner, uint32_t pd_id,
+            uint32_t access) {
+  if (s.pid != owner.pid || s.start_time != owner.start_time || s.pd_id != pd_id) return false;
+  if ((s.access & access) != access) return false;
+  return addr >= s.iova && length <= s.length && addr - s.iova <= s.length - length;
+}
+
+// Pins `key` (a live key of `owner`) against its retirement; nullptr if it is not live.
+MrSlot* pin_key(uint32_t key, bool pin) {
+  Registry& registry = Registry::instance();
+  MrSlot* s = registry.mr_slot(key);
+  if (!s || s->key.load(std::memory_order_acquire) != key) return nullptr;
+  if (!pin) return s;
+  std::atomic<uint32_t>& users = registry.mr_users(key);
+  users.fetch_add(1, std::memory_order_seq_cst);
+  // Re-check after pinning: retiring a key clears it, then waits for users to drain.
+  if (s->key.load(std::memory_order_seq_cst) != key) {
+    users.fetch_sub(1, std::memory_order_release);
+    return nullptr;
   }
+  return s;
+}
+
+void unpin_key(uint32_t key) {
+  Registry::instance().mr_users(key).fetch_sub(1, std::memory_order_release);
+}
+
+}  // namespace
+
+bool PinnedRanges::add(uint32_t key, uint64_t addr, uint64_t length, const ProcessId& owner,
+                       uint32_t pd_id, uint32_t access, uint32_t remote_qpn) {
+  if (count_ >= kMaxSge) return false;
+  MrSlot* s = pin_key(key, pin_);
+  if (!s) return false;
+  if (s->kind != KeyKind::kRegion) {
+    // A window: only for remote access (a type 2 one only through the QP it is bound to);
+    // checked while pinned, then the access is served from the region it is bound into.
+    const uint32_t region_key = s->parent_key;
+    const bool allowed = pin_ && remote_qpn != 0 && region_key != 0 &&
+                         admits(*s, addr, length, owner, pd_id, access) &&
+                         (s->kind != KeyKind::kWindowType2 || s->bound_qpn == remote_qpn);
+    if (pin_) unpin_key(key);
+    if (!allowed) return false;
+    key = region_key;
+    if (!(s = pin_key(key, pin_))) return false;
+    access = 0;  // the window's rights were checked; the region's do not apply
+  }
+  if (s->kind != KeyKind::kRegion || !admits(*s, addr, length, owner, pd_id, access)) {
+    if (pin_) unpin_key(key);
+    return false;
+  }
+  std::atomic<uint32_t>& users = Registry::instance().mr_users(key);
   users_[count_] = &users;
   iov_[count_] = iovec{reinterpret_cast<void*>(s->host_addr + (addr - s->iova)), length};
   char* here = nullptr;
   if (owner == self_process()) {
+    // An on-demand region may have holes: an access to one fails, as a page fault the
+    // device cannot resolve does. (Peers reach it with process_vm_*, which says EFAULT.)
+    if ((s->access & IBV_ACCESS_ON_DEMAND) &&
+        !range_is_mapped(reinterpret_cast<uintptr_t>(iov_[count_].iov_base), length)) {
+      if (pin_) unpin_key(key);
+      return false;
+    }
     here = static_cast<char*>(iov_[count_].iov_base);
   } else if (s->memfd >= 0) {
     if (char* base = map_peer_pages(owner, s->memfd, s->memfd_serial, s->memfd_offset + s->length))

@@ -28,8 +28,9 @@ class PinnedRanges {
 
   /// Checks that [addr, addr+length) lies in the region `key` of `owner` and `pd_id` with
   /// every bit of `access`, pins it and appends its host address. False if not allowed.
+  /// `remote_qpn`: the access arrives at that QP, and `key` may name a memory window.
   bool add(uint32_t key, uint64_t addr, uint64_t length, const ProcessId& owner, uint32_t pd_id,
-           uint32_t access);
+           uint32_t access, uint32_t remote_qpn = 0);
   void release();
 
   /// The ranges in the owner's address space.

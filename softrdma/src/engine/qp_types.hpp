@@ -23,10 +23,20 @@ inline bool opcode_allowed(ibv_qp_type type, ibv_wr_opcode op) {
     case IBV_WR_RDMA_READ:
     case IBV_WR_ATOMIC_CMP_AND_SWP:
     case IBV_WR_ATOMIC_FETCH_AND_ADD:
+    case IBV_WR_SEND_WITH_INV:  // the invalidate header belongs to the reliable service
+    case IBV_WR_ATOMIC_WRITE:
       return type == IBV_QPT_RC;
+    case IBV_WR_BIND_MW:  // local operations on this QP's memory windows
+    case IBV_WR_LOCAL_INV:
+      return type == IBV_QPT_RC || type == IBV_QPT_UC;
     default:
       return false;
   }
+}
+
+/// Carried out by the requester alone, with no message to the peer.
+inline bool is_local_operation(ibv_wr_opcode op) {
+  return op == IBV_WR_BIND_MW || op == IBV_WR_LOCAL_INV;
 }
 
 /// Connected service: the destination is the QP's dest_qp_num, not an address handle.

@@ -108,12 +108,12 @@ uint32_t claim_qpn_range(const std::string& registry) {
   return range;
 }
 
-uint32_t random_tag() {
+// A key for MR slot `index`: random outer bytes (the top one never 0, so no key is 0).
+uint32_t random_key(uint32_t index) {
   static thread_local std::minstd_rand rng{std::random_device{}()};
-  uint32_t tag;
-  do tag = static_cast<uint32_t>(rng()) & 0xffffu;
-  while (tag == 0);
-  return tag;
+  const uint32_t bits = static_cast<uint32_t>(rng());
+  const uint32_t top = 1 + (bits >> 8) % 255;
+  return top << 24 | index << Registry::kMrIndexShift | (bits & 0xff);
 }
 
 bool owner_dead(pid_t pid, uint64_t start_time) {
@@ -241,18 +241,43 @@ void Registry::release_qpn(uint32_t qpn) {
   s->state.store(static_cast<uint32_t>(SlotState::kFree), std::memory_order_release);
 }
 
-uint32_t Registry::claim_mr(uint32_t pd_id, uint32_t access, uint64_t iova, uint64_t length,
-                            uint64_t host_addr, const SharedPages* pages) {
+MrSlot* Registry::claim_key_slot(KeyKind kind, uint32_t pd_id, uint32_t& key) {
   uint32_t index = 0;
   MrSlot* s = claim_slot(mrs_, kMrCapacity, header_->next_mr, index);
-  if (!s) return 0;
+  if (!s) return nullptr;
   const ProcessId& me = self_process();
   s->pid = me.pid;
   s->start_time = me.start_time;
+  s->kind = kind;
+  s->pd_id = pd_id;
+  s->parent_key = 0;
+  s->bound_qpn = 0;
+  s->windows.store(0, std::memory_order_relaxed);
+  key = random_key(index);
+  return s;
+}
+
+void Registry::publish_key(MrSlot& s, uint32_t key) {
+  s.key.store(key, std::memory_order_relaxed);
+  s.state.store(static_cast<uint32_t>(SlotState::kLive), std::memory_order_release);
+}
+
+uint32_t Registry::claim_mr(uint32_t pd_id, uint32_t access, uint64_t iova, uint64_t length,
+                            uint64_t host_addr, const SharedPages* pages) {
+  uint32_t key = 0;
+  MrSlot* s = claim_key_slot(KeyKind::kRegion, pd_id, key);
+  if (!s) return 0;
   describe_region(*s, pd_id, access, iova, length, host_addr, pages);
-  const uint32_t key = (random_tag() << kMrIndexBits) | index;
-  s->key.store(key, std::memory_order_relaxed);
-  s->state.store(static_cast<uint32_t>(SlotState::kLive), std::memory_order_release);
+  publish_key(*s, key);
+  return key;
+}
+
+uint32_t Registry::claim_window(uint32_t pd_id, KeyKind kind) {
+  uint32_t key = 0;
+  MrSlot* s = claim_key_slot(kind, pd_id, key);
+  if (!s) return 0;
+  describe_region(*s, pd_id, 0, 0, 0, 0, nullptr);
+  publish_key(*s, key);
   return key;
 }
 
@@ -277,9 +302,13 @@ bool Registry::update_mr(uint32_t key, uint32_t pd_id, uint32_t access, uint64_t
   return true;
 }
 
+void Registry::wait_until_unused(uint32_t key) {
+  wait_for_users(mr_users(key));
+}
+
 MrSlot* Registry::mr_slot(uint32_t key) {
   if (key == 0) return nullptr;
-  return &mrs_[key & (kMrCapacity - 1)];
+  return &mrs_[mr_index(key)];
 }
 
 ProcessLock& Registry::atomic_lock(pid_t pid, uint64_t host_addr) {

@@ -35,8 +35,12 @@ struct alignas(64) QpSlot {  // one cache line: peers bump `users` on every requ
 };
 static_assert(sizeof(QpSlot) == 64);
 
-/// A registered memory region, looked up by its key (lkey == rkey). Read-mostly: the
-/// counter that accessors bump lives in its own cache line (MrUsers).
+/// What a key names: a registered region, or a memory window (bound into a region).
+enum class KeyKind : uint32_t { kRegion = 0, kWindowType1 = 1, kWindowType2 = 2 };
+
+/// A registered memory region or a memory window, looked up by its key (for a region,
+/// lkey == rkey). Read-mostly: the counter that accessors bump lives in its own cache line
+/// (MrUsers). A window's iova/length/access are those it is bound with (length 0: unbound).
 struct alignas(64) MrSlot {
   std::atomic<uint32_t> state;
   std::atomic<uint32_t> key;  // 0 while not live
@@ -48,9 +52,12 @@ struct alignas(64) MrSlot {
   uint64_t length;
   uint64_t host_addr;  // address of iova in the owner's address space
   int32_t memfd;       // the owner's memfd holding the pages (see shared_pages.hpp), or -1
-  uint32_t pad;
-  uint64_t memfd_serial;  // which memfd that number names now
-  uint64_t memfd_offset;  // of host_addr in that memfd
+  KeyKind kind;
+  uint64_t memfd_serial;          // which memfd that number names now
+  uint64_t memfd_offset;          // of host_addr in that memfd
+  uint32_t parent_key;            // window: the region it is bound into (0: unbound)
+  uint32_t bound_qpn;             // type 2 window: the only QP through which it may be used
+  std::atomic<uint32_t> windows;  // region: windows bound into it (ibv_dereg_mr: EBUSY)
 };
 
 /// Accessors copying into or out of a region right now; ibv_dereg_mr waits for zero.
@@ -66,9 +73,10 @@ class Registry {
   // QP number ranges of kQpCapacity, one per registry, 24-bit numbers all.
   static constexpr uint32_t kQpnRanges = ((1u << 24) - kFirstQpn) / kQpCapacity;
   static constexpr uint32_t kAtomicStripes = 4096;
-  // Key = slot index in the low 16 bits, a random tag above it, so keys are not guessable.
-  static constexpr uint32_t kMrIndexBits = 16;
-  static_assert((1u << kMrIndexBits) == kMrCapacity);
+  // Key = random 8 bits, the slot index, random low 8 bits: keys are not guessable, and the
+  // low byte is the "key" part that ibv_inc_rkey changes when a window is bound again.
+  static constexpr uint32_t kMrIndexShift = 8;
+  static_assert(kMrCapacity == 1u << 16 && kMrIndexShift + 16 < 32);
   static_assert(kFirstQpn + kQpnRanges * kQpCapacity <= (1u << 24), "QP numbers are 24 bits");
 
   /// Maps (creating if needed) the registry of this user. Throws std::system_error.
@@ -100,10 +108,15 @@ class Registry {
   /// holding the rkey keep using it); false when `key` is not live.
   bool update_mr(uint32_t key, uint32_t pd_id, uint32_t access, uint64_t iova, uint64_t length,
                  uint64_t host_addr, const SharedPages* pages);
+  /// A memory window of `pd_id` owned by this process, unbound; its key, or 0 when full.
+  uint32_t claim_window(uint32_t pd_id, KeyKind kind);
   /// The slot of `key`, or nullptr when the key is malformed. The caller checks liveness.
   MrSlot* mr_slot(uint32_t key);
   /// The users counter of the slot `key` names (key not 0).
-  std::atomic<uint32_t>& mr_users(uint32_t key) { return mr_users_[key & (kMrCapacity - 1)].count; }
+  std::atomic<uint32_t>& mr_users(uint32_t key) { return mr_users_[mr_index(key)].count; }
+  static uint32_t mr_index(uint32_t key) { return (key >> kMrIndexShift) & (kMrCapacity - 1); }
+  /// Waits (bounded) until no accessor that pinned `key` is inside any more.
+  void wait_until_unused(uint32_t key);
 
   /// Host-wide lock serialising atomics on one 8-byte word of one process.
   ProcessLock& atomic_lock(pid_t pid, uint64_t host_addr);
@@ -111,6 +124,9 @@ class Registry {
  private:
   struct Header;
   Registry(void* base, uint32_t qpn_range);
+  // An MR slot claimed for this process with its key chosen; published by publish_key.
+  MrSlot* claim_key_slot(KeyKind kind, uint32_t pd_id, uint32_t& key);
+  static void publish_key(MrSlot& s, uint32_t key);
   Header* header_;
   uint32_t qpn_range_;
   uint32_t first_qpn_;

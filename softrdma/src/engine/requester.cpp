@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "engine/completion_queue.hpp"
+#include "engine/memory_windows.hpp"
 #include "engine/progress.hpp"
 #include "engine/qp_types.hpp"
 #include "engine/responder.hpp"
@@ -77,7 +78,28 @@ Outcome execute_here(Qp& qp, SendWork& w, const iovec* iov, int count, uint64_t 
   return Outcome::kCompleted;
 }
 
+// A bind or a local invalidation, carried out here once the work before it is done (so
+// that it takes effect in posting order).
+Outcome execute_local(Qp& qp, SendWork& w) {
+  if (!qp.inflight.empty()) {
+    w.next_attempt = Clock::now() + std::chrono::microseconds(20);
+    return Outcome::kBlocked;
+  }
+  const uint32_t qpn = qp.qpx.qp_base.qp_num;
+  ibv_wc_status status = IBV_WC_SUCCESS;
+  if (w.opcode == IBV_WR_BIND_MW)
+    status = bind_window(w.bind, qp.pd_id, qpn);
+  else if (!invalidate_window(w.rkey, self_process(), qp.pd_id, qpn))
+    status = IBV_WC_LOC_QP_OP_ERR;
+  if (status == IBV_WC_SUCCESS)
+    complete(qp, w, status);
+  else
+    fail(qp, w, status);
+  return Outcome::kCompleted;
+}
+
 Outcome execute(Qp& qp, SendWork& w) {
+  if (is_local_operation(w.opcode)) return execute_local(qp, w);
   const bool ud = qp.qpx.qp_base.qp_type == IBV_QPT_UD;
   // Gather the local side: inline bytes, or registered memory checked against our PD.
   PinnedRanges local(PinnedRanges::Pin::kOwnMemory);
@@ -103,7 +125,8 @@ Outcome execute(Qp& qp, SendWork& w) {
   }
   const uint64_t length = is_atomic(w.opcode) ? sizeof(uint64_t) : payload_length(w);
   if (length > limits::kMaxMsgSize || (ud && length > limits::kMtuBytes) ||
-      (is_atomic(w.opcode) && payload_length(w) < sizeof(uint64_t))) {
+      (is_atomic(w.opcode) && payload_length(w) < sizeof(uint64_t)) ||
+      (w.opcode == IBV_WR_ATOMIC_WRITE && length != sizeof(uint64_t))) {
     fail(qp, w, IBV_WC_LOC_LEN_ERR);
     return Outcome::kCompleted;
   }
@@ -121,7 +144,7 @@ SendWork make_work(const Qp& qp, const ibv_send_wr& wr) {
   if (wr.num_sge > 0)
     std::memcpy(w.sge, wr.sg_list, sizeof(ibv_sge) * static_cast<size_t>(wr.num_sge));
   if (wr.opcode == IBV_WR_RDMA_WRITE || wr.opcode == IBV_WR_RDMA_WRITE_WITH_IMM ||
-      wr.opcode == IBV_WR_RDMA_READ) {
+      wr.opcode == IBV_WR_RDMA_READ || wr.opcode == IBV_WR_ATOMIC_WRITE) {
     w.remote_addr = wr.wr.rdma.remote_addr;
     w.rkey = wr.wr.rdma.rkey;
   } else if (is_atomic(wr.opcode)) {
@@ -129,6 +152,16 @@ SendWork make_work(const Qp& qp, const ibv_send_wr& wr) {
     w.rkey = wr.wr.atomic.rkey;
     w.compare_add = wr.wr.atomic.compare_add;
     w.swap = wr.wr.atomic.swap;
+  } else if (wr.opcode == IBV_WR_BIND_MW) {
+    const ibv_mw_bind_info& info = wr.bind_mw.bind_info;
+    w.bind.window_key = wr.bind_mw.mw->rkey;
+    w.bind.new_key = wr.bind_mw.rkey;
+    w.bind.region_key = info.mr ? info.mr->lkey : 0;
+    w.bind.addr = info.addr;
+    w.bind.length = info.length;
+    w.bind.access = info.mw_access_flags;
+  } else if (wr.opcode == IBV_WR_LOCAL_INV || wr.opcode == IBV_WR_SEND_WITH_INV) {
+    w.rkey = wr.invalidate_rkey;
   }
   if (qp.qpx.qp_base.qp_type == IBV_QPT_UD) {
     const Ah* ah = to_ah(wr.wr.ud.ah);
@@ -160,11 +193,13 @@ int requester_check(const Qp& qp, const ibv_send_wr& wr) {
       static_cast<uint32_t>(wr.num_sge) > qp.cap.max_send_sge)
     return EINVAL;
   if (type == IBV_QPT_UD && !wr.wr.ud.ah) return EINVAL;
+  if (wr.opcode == IBV_WR_BIND_MW && !wr.bind_mw.mw) return EINVAL;
   if (wr.send_flags & IBV_SEND_INLINE) {
     uint64_t n = 0;
     for (int i = 0; i < wr.num_sge; ++i) n += wr.sg_list[i].length;
-    if (n > qp.cap.max_inline_data || wr.opcode == IBV_WR_RDMA_READ || is_atomic(wr.opcode))
-      return EINVAL;
+    // An atomic write's 8 bytes travel in the work request, whatever the inline limit.
+    const bool over_limit = n > qp.cap.max_inline_data && wr.opcode != IBV_WR_ATOMIC_WRITE;
+    if (over_limit || wr.opcode == IBV_WR_RDMA_READ || is_atomic(wr.opcode)) return EINVAL;
   }
   return 0;
 }

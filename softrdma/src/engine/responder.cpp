@@ -5,6 +5,7 @@
 
 #include "engine/completion_queue.hpp"
 #include "engine/memory_access.hpp"
+#include "engine/memory_windows.hpp"
 #include "engine/qp_types.hpp"
 
 namespace softrdma {
@@ -94,7 +95,7 @@ ResponderReply responder_error(TargetQp& t, ibv_wc_status requester_status, int 
 ResponderReply check_remote_access(TargetQp& t, const InboundRequest& r, uint32_t access,
                                    PinnedRanges& pinned) {
   if (!(t.qp->access_flags.load(std::memory_order_relaxed) & access) ||
-      !pinned.add(r.rkey, r.remote_addr, r.length, t.owner(), t.qp->pd_id, access))
+      !pinned.add(r.rkey, r.remote_addr, r.length, t.owner(), t.qp->pd_id, access, t.qpn))
     return responder_error(t, IBV_WC_REM_ACCESS_ERR, IBV_EVENT_QP_ACCESS_ERR);
   return done(IBV_WC_SUCCESS);
 }
@@ -169,6 +170,16 @@ ResponderReply deliver_to_receive(TargetQp& t, const InboundRequest& r) {
     push_recv_completion(t, e, true);
     return responder_error(t, IBV_WC_REM_OP_ERR, IBV_EVENT_QP_FATAL);
   }
+  if (r.opcode == IBV_WR_SEND_WITH_INV) {
+    // The window the sender names must be a type 2 one bound through this QP.
+    if (!invalidate_window(r.rkey, t.owner(), t.qp->pd_id, t.qpn)) {
+      e.status = IBV_WC_LOC_QP_OP_ERR;
+      push_recv_completion(t, e, true);
+      return responder_error(t, IBV_WC_REM_INV_REQ_ERR, IBV_EVENT_QP_REQ_ERR);
+    }
+    e.imm_data = r.rkey;  // ibv_wc's invalidated_rkey shares imm_data's place
+    e.wc_flags |= IBV_WC_WITH_INV;
+  }
   e.status = IBV_WC_SUCCESS;
   e.opcode = write_imm ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV;
   e.byte_len = static_cast<uint32_t>(r.length + grh_bytes);
@@ -206,19 +217,28 @@ ResponderReply rdma_read(TargetQp& t, const InboundRequest& r) {
              : done(IBV_WC_SUCCESS);
 }
 
-ResponderReply atomic(TargetQp& t, const InboundRequest& r) {
+// An atomic's 8-byte target: aligned, and inside a region with `access`.
+ResponderReply check_atomic_target(TargetQp& t, const InboundRequest& r, uint32_t access,
+                                   PinnedRanges& remote) {
   if (r.length != sizeof(uint64_t) || r.remote_addr % sizeof(uint64_t))
     return responder_error(t, IBV_WC_REM_INV_REQ_ERR, IBV_EVENT_QP_REQ_ERR);
+  return check_remote_access(t, r, access, remote);
+}
+
+// IBV_ATOMIC_HCA: every atomic on this host to this word goes through this lock.
+ProcessLock& word_lock(const TargetQp& t, const PinnedRanges& remote) {
+  return Registry::instance().atomic_lock(t.owner().pid,
+                                          reinterpret_cast<uint64_t>(remote.iov()[0].iov_base));
+}
+
+ResponderReply atomic(TargetQp& t, const InboundRequest& r) {
   PinnedRanges remote;
-  ResponderReply a = check_remote_access(t, r, IBV_ACCESS_REMOTE_ATOMIC, remote);
+  ResponderReply a = check_atomic_target(t, r, IBV_ACCESS_REMOTE_ATOMIC, remote);
   if (a.status != IBV_WC_SUCCESS) return a;
-  const iovec word = remote.iov()[0];
   uint64_t original = 0;
   int err = 0;
   {
-    // IBV_ATOMIC_HCA: every atomic on this host to this word goes through this lock.
-    ProcessLockGuard guard(
-        Registry::instance().atomic_lock(t.owner().pid, reinterpret_cast<uint64_t>(word.iov_base)));
+    ProcessLockGuard guard(word_lock(t, remote));
     iovec mine{&original, sizeof original};
     err = copy_out_of(remote, t.owner(), &mine, 1);
     if (!err) {
@@ -237,6 +257,21 @@ ResponderReply atomic(TargetQp& t, const InboundRequest& r) {
   iovec result{&original, sizeof original};
   copy_to_process(self_process(), &result, 1, r.local, r.local_count);
   return done(IBV_WC_SUCCESS);
+}
+
+// ATOMIC WRITE: the 8 bytes land as one store, ordered with the host's other atomics.
+ResponderReply atomic_write(TargetQp& t, const InboundRequest& r) {
+  PinnedRanges remote;
+  ResponderReply a = check_atomic_target(t, r, IBV_ACCESS_REMOTE_WRITE, remote);
+  if (a.status != IBV_WC_SUCCESS) return a;
+  int err = 0;
+  {
+    ProcessLockGuard guard(word_lock(t, remote));
+    err = copy_into(remote, t.owner(), r.local, r.local_count);
+  }
+  if (err == ESRCH) return no_answer();
+  return err ? responder_error(t, IBV_WC_REM_ACCESS_ERR, IBV_EVENT_QP_ACCESS_ERR)
+             : done(IBV_WC_SUCCESS);
 }
 
 }  // namespace
@@ -282,6 +317,7 @@ ResponderReply respond(TargetQp& t, const InboundRequest& r) {
   switch (r.opcode) {
     case IBV_WR_SEND:
     case IBV_WR_SEND_WITH_IMM:
+    case IBV_WR_SEND_WITH_INV:
     case IBV_WR_RDMA_WRITE_WITH_IMM:
       return deliver_to_receive(t, r);
     case IBV_WR_RDMA_WRITE:
@@ -291,6 +327,8 @@ ResponderReply respond(TargetQp& t, const InboundRequest& r) {
     case IBV_WR_ATOMIC_CMP_AND_SWP:
     case IBV_WR_ATOMIC_FETCH_AND_ADD:
       return atomic(t, r);
+    case IBV_WR_ATOMIC_WRITE:
+      return atomic_write(t, r);
     default:
       return responder_error(t, IBV_WC_REM_INV_REQ_ERR, IBV_EVENT_QP_REQ_ERR);
   }

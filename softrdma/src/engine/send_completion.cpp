@@ -28,6 +28,12 @@ ibv_wc_opcode wc_opcode(ibv_wr_opcode op) {
       return IBV_WC_COMP_SWAP;
     case IBV_WR_ATOMIC_FETCH_AND_ADD:
       return IBV_WC_FETCH_ADD;
+    case IBV_WR_ATOMIC_WRITE:
+      return IBV_WC_ATOMIC_WRITE;
+    case IBV_WR_BIND_MW:
+      return IBV_WC_BIND_MW;
+    case IBV_WR_LOCAL_INV:
+      return IBV_WC_LOCAL_INV;
     default:
       return IBV_WC_SEND;
   }

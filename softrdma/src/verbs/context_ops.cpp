@@ -10,8 +10,11 @@ void install_context_ops(verbs_context& vctx) {
   ops.post_send = post_send;
   ops.post_recv = post_recv;
   ops.post_srq_recv = post_srq_recv;
-  // Memory windows are not supported: ibv_alloc_mw sees a null op and fails with EOPNOTSUPP.
+  ops.alloc_mw = alloc_mw;
+  ops.dealloc_mw = dealloc_mw;
+  ops.bind_mw = bind_mw;
   vctx.create_qp_ex = create_qp_ex;
+  vctx.advise_mr = advise_mr;
   vctx.create_cq_ex = create_cq_ex;
 }
 

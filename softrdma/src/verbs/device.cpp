@@ -64,13 +64,15 @@ void fill_device_attr(ibv_device_attr& a) {
   a.hw_ver = 1;
   a.max_qp = static_cast<int>(Registry::kQpCapacity);
   a.max_qp_wr = limits::kMaxQpWr;
-  a.device_cap_flags =
-      IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_PORT_ACTIVE_EVENT;
+  a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SYS_IMAGE_GUID |
+                       IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_MEM_WINDOW |
+                       IBV_DEVICE_MEM_WINDOW_TYPE_2B;
   a.max_sge = limits::kMaxSge;
   a.max_sge_rd = limits::kMaxSge;
   a.max_cq = 16384;
   a.max_cqe = limits::kMaxCqe;
   a.max_mr = static_cast<int>(Registry::kMrCapacity);
+  a.max_mw = static_cast<int>(Registry::kMrCapacity);  // windows share the key table
   a.max_pd = 65536;
   a.max_qp_rd_atom = limits::kMaxQpRdAtom;
   a.max_res_rd_atom = limits::kMaxQpRdAtom * a.max_qp;
@@ -119,6 +121,18 @@ int query_device_ex_op(ibv_context*, const ibv_query_device_ex_input* input,
   std::memset(&full, 0, sizeof full);
   fill_device_attr(full.orig_attr);
   full.phys_port_cnt_ex = 1;
+  full.device_cap_flags_ex = full.orig_attr.device_cap_flags;
+  // On-demand paging: softrdma pins nothing, so every operation of every QP type may use
+  // an on-demand region, and the implicit one (verbs/mr.cpp).
+  constexpr uint32_t kAllOps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
+                               IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC |
+                               IBV_ODP_SUPPORT_SRQ_RECV;
+  full.odp_caps.general_caps = IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT;
+  full.odp_caps.per_transport_caps.rc_odp_caps = kAllOps;
+  full.odp_caps.per_transport_caps.uc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV |
+                                                 IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_SRQ_RECV;
+  full.odp_caps.per_transport_caps.ud_odp_caps =
+      IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV;
   std::memset(attr, 0, attr_size);
   std::memcpy(attr, &full, std::min(attr_size, sizeof full));
   return 0;

@@ -15,6 +15,7 @@
 
 #include "engine/arena.hpp"
 #include "engine/memory_access.hpp"
+#include "engine/memory_windows.hpp"
 #include "engine/registry.hpp"
 #include "engine/responder.hpp"
 #include "engine/shared_layout.hpp"
@@ -106,6 +107,7 @@ struct SendWork {
   uint32_t rkey = 0;
   uint64_t compare_add = 0;
   uint64_t swap = 0;
+  WindowBind bind;  // IBV_WR_BIND_MW (rkey: the key a LOCAL_INV or SEND_WITH_INV invalidates)
   // UD destination
   uint32_t remote_qpn = 0;
   uint32_t remote_qkey = 0;

@@ -13,7 +13,10 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   Qp& q = *to_qp(qp);
   std::lock_guard lock(q.sq_mutex);
   for (; wr; wr = wr->next) {
-    if (int err = requester_post(q, *wr)) {
+    // Only a type 2 window is bound by a work request; type 1 goes through ibv_bind_mw.
+    const bool type1_bind =
+        wr->opcode == IBV_WR_BIND_MW && wr->bind_mw.mw && wr->bind_mw.mw->type != IBV_MW_TYPE_2;
+    if (int err = type1_bind ? EINVAL : requester_post(q, *wr)) {
       *bad_wr = wr;
       return err;
     }

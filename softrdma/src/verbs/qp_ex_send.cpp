@@ -92,6 +92,38 @@ void wr_atomic_fetch_add(ibv_qp_ex* qpx, uint32_t rkey, uint64_t remote_addr, ui
   set_atomic(begin(qpx, IBV_WR_ATOMIC_FETCH_AND_ADD), rkey, remote_addr, add, 0);
 }
 
+// The 8 bytes are taken now, as a NIC copies them into the work queue entry.
+void wr_atomic_write(ibv_qp_ex* qpx, uint32_t rkey, uint64_t remote_addr, const void* value) {
+  ibv_send_wr* wr = begin(qpx, IBV_WR_ATOMIC_WRITE);
+  if (!wr) return;
+  set_rdma(wr, rkey, remote_addr);
+  WrBatch::Entry& e = batch_of(qpx).entries.back();
+  const auto* bytes = static_cast<const char*>(value);
+  e.inline_bytes.assign(bytes, bytes + sizeof(uint64_t));
+  e.wr.send_flags |= IBV_SEND_INLINE;
+}
+
+// Only a type 2 window is bound by a work request (as through ibv_post_send).
+void wr_bind_mw(ibv_qp_ex* qpx, ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_info* bind_info) {
+  if (!mw || mw->type != IBV_MW_TYPE_2 || !bind_info) {
+    fail(batch_of(qpx), EINVAL);
+    return;
+  }
+  if (ibv_send_wr* wr = begin(qpx, IBV_WR_BIND_MW)) {
+    wr->bind_mw.mw = mw;
+    wr->bind_mw.rkey = rkey;
+    wr->bind_mw.bind_info = *bind_info;
+  }
+}
+
+void wr_local_inv(ibv_qp_ex* qpx, uint32_t invalidate_rkey) {
+  if (ibv_send_wr* wr = begin(qpx, IBV_WR_LOCAL_INV)) wr->invalidate_rkey = invalidate_rkey;
+}
+
+void wr_send_inv(ibv_qp_ex* qpx, uint32_t invalidate_rkey) {
+  if (ibv_send_wr* wr = begin(qpx, IBV_WR_SEND_WITH_INV)) wr->invalidate_rkey = invalidate_rkey;
+}
+
 void wr_set_ud_addr(ibv_qp_ex* qpx, ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey) {
   WrBatch::Entry* e = current(qpx);
   if (!e) return;
@@ -199,7 +231,11 @@ uint64_t supported_send_ops(ibv_qp_type type) {
       {IBV_WR_RDMA_WRITE_WITH_IMM, IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM},
       {IBV_WR_RDMA_READ, IBV_QP_EX_WITH_RDMA_READ},
       {IBV_WR_ATOMIC_CMP_AND_SWP, IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP},
-      {IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD}};
+      {IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD},
+      {IBV_WR_ATOMIC_WRITE, IBV_QP_EX_WITH_ATOMIC_WRITE},
+      {IBV_WR_BIND_MW, IBV_QP_EX_WITH_BIND_MW},
+      {IBV_WR_LOCAL_INV, IBV_QP_EX_WITH_LOCAL_INV},
+      {IBV_WR_SEND_WITH_INV, IBV_QP_EX_WITH_SEND_WITH_INV}};
   uint64_t supported = 0;
   for (const auto& [opcode, flag] : ops)
     if (opcode_allowed(type, opcode)) supported |= flag;
@@ -228,6 +264,12 @@ void install_qp_ex_send_ops(Qp& q) {
     x.wr_atomic_cmp_swp = wr_atomic_cmp_swp;
     x.wr_atomic_fetch_add = wr_atomic_fetch_add;
   }
+  if (opcode_allowed(type, IBV_WR_BIND_MW)) {
+    x.wr_bind_mw = wr_bind_mw;
+    x.wr_local_inv = wr_local_inv;
+  }
+  if (opcode_allowed(type, IBV_WR_SEND_WITH_INV)) x.wr_send_inv = wr_send_inv;
+  if (opcode_allowed(type, IBV_WR_ATOMIC_WRITE)) x.wr_atomic_write = wr_atomic_write;
   q.wr_batch = std::make_unique<WrBatch>();
 }
 

@@ -99,8 +99,11 @@ std::pair<int, int> masks_for(ibv_qp_type type, const Rule& r, ibv_qp_state from
   return {r.rc_required & ~kReliableOnly, r.rc_optional & ~kReliableOnly};
 }
 
+// ON_DEMAND is taken as ODP-capable devices take it (rdma-core's ODP tests pass their
+// regions' flags): every QP here may use on-demand regions anyway.
 constexpr int kKnownAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                             IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND;
+                             IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
+                             IBV_ACCESS_MW_BIND | IBV_ACCESS_ON_DEMAND;
 
 int check_values(const Qp& q, const ibv_qp_attr& a, int mask) {
   if ((mask & IBV_QP_PORT) && a.port_num != limits::kPortNum) return EINVAL;

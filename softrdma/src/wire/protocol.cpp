@@ -34,12 +34,14 @@ uint16_t listen_port() {
 
 bool carries_payload(uint8_t opcode) {
   return opcode == IBV_WR_SEND || opcode == IBV_WR_SEND_WITH_IMM || opcode == IBV_WR_RDMA_WRITE ||
-         opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+         opcode == IBV_WR_RDMA_WRITE_WITH_IMM || opcode == IBV_WR_SEND_WITH_INV ||
+         opcode == IBV_WR_ATOMIC_WRITE;
 }
 
 bool valid(const Request& r) {
   if (r.magic != kMagic || r.kind != Kind::kRequest) return false;
-  if (!opcode_allowed(static_cast<ibv_qp_type>(r.qp_type), static_cast<ibv_wr_opcode>(r.opcode)))
+  const auto opcode = static_cast<ibv_wr_opcode>(r.opcode);
+  if (!opcode_allowed(static_cast<ibv_qp_type>(r.qp_type), opcode) || is_local_operation(opcode))
     return false;
   if (r.length > limits::kMaxMsgSize) return false;
   if (r.flags & ~(kSolicited | kHasImm)) return false;
