@@ -71,7 +71,11 @@ INSTANTIATE_TEST_SUITE_P(
                       same_program("send_bw_events", "ib_send_bw -e -s 4096 -n 500"),
                       same_program("write_bw_uc_all_sizes", "ib_write_bw -c UC -a -n 200"),
                       same_program("write_lat_uc", "ib_write_lat -c UC -s 8 -n 1000"),
-                      same_program("send_lat_uc", "ib_send_lat -c UC -s 64 -n 1000")),
+                      same_program("send_lat_uc", "ib_send_lat -c UC -s 64 -n 1000"),
+                      // On-demand paging: regions reached through the owner's address space.
+                      same_program("write_bw_odp_all_sizes", "ib_write_bw --odp -a -n 100"),
+                      same_program("send_bw_odp_all_sizes", "ib_send_bw --odp -a -n 100"),
+                      same_program("read_lat_odp", "ib_read_lat --odp -s 4096 -n 500")),
     case_name);
 
 }  // namespace

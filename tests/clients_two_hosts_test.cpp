@@ -58,7 +58,9 @@ INSTANTIATE_TEST_SUITE_P(
                       same_program("read_bw_both_ways_64KiB", "ib_read_bw -b -s 65536 -n 2000"),
                       same_program("write_bw_uc_all_sizes", "ib_write_bw -c UC -a -n 50"),
                       same_program("write_lat_uc", "ib_write_lat -c UC -s 8 -n 500"),
-                      same_program("send_lat_uc", "ib_send_lat -c UC -s 64 -n 500")),
+                      same_program("send_lat_uc", "ib_send_lat -c UC -s 64 -n 500"),
+                      same_program("write_bw_odp_all_sizes", "ib_write_bw --odp -a -n 50"),
+                      same_program("read_bw_odp_64KiB", "ib_read_bw --odp -s 65536 -n 500")),
     case_name);
 
 }  // namespace
