@@ -6,6 +6,9 @@
 #include <memory>
 
 #include "support/client_pair.hpp"
+#include "support/subprocess.hpp"
+
+using namespace std::chrono_literals;
 
 namespace {
 
@@ -76,5 +79,36 @@ std::string case_name(const ::testing::TestParamInfo<CmCase>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(RdmacmUtils, CmClients, ::testing::ValuesIn(all_cases()), case_name);
+
+// mckey: a receiver joins a multicast group, then a sender joins it send-only (-o) or as a
+// full member and sends; every message reaches the receiver, on one host and across two.
+class Mckey : public ::testing::TestWithParam<bool> {};
+
+TEST_P(Mckey, TheReceiverGetsEveryMessage) {
+  const bool two_hosts = GetParam();
+  TwoHosts hosts;
+  if (!hosts.ok()) GTEST_SKIP() << "no network namespaces here: " << hosts.reason();
+  const std::string group = "239.1.2.3";
+  const auto mckey = [&](int host, const std::vector<std::string>& args) {
+    std::vector<std::string> argv = hosts.on(host);
+    argv.insert(argv.end(), {SOFTRDMA_RUN, "stdbuf", "-oL", "mckey", "-m", group, "-b",
+                             hosts.address(host)});  // line-buffered: its progress is read
+    argv.insert(argv.end(), args.begin(), args.end());
+    return argv;
+  };
+  const int sender_host = two_hosts ? 1 : 0;
+  rdmakit::testing::Process receiver(mckey(0, {"-C", "20"}));
+  ASSERT_TRUE(receiver.printed("receiving data transfers", 10s)) << "the receiver did not join";
+  const auto sent = rdmakit::testing::run(mckey(sender_host, {"-s", "-C", "20"}), 30s);
+  const auto received = receiver.wait(10s);
+  EXPECT_TRUE(sent.ok()) << sent.describe() << "\n" << sent.output;
+  EXPECT_TRUE(received.ok()) << received.describe() << "\n" << received.output;
+  EXPECT_NE(received.output.find("data transfers complete"), std::string::npos);
+}
+
+INSTANTIATE_TEST_SUITE_P(RdmacmUtils, Mckey, ::testing::Values(false, true),
+                         [](const auto& param_info) {
+                           return std::string(param_info.param ? "two_hosts" : "one_host");
+                         });
 
 }  // namespace

@@ -58,7 +58,10 @@ constexpr const char* kMustPass[] = {"test_rdmacm_sync_traffic",
                                      "test_odp_rc_srq_traffic",
                                      "test_odp_rc_rdma_read",
                                      "test_odp_rc_atomic_fetch_and_add",
-                                     "test_odp_sync_prefetch_rc_traffic"};
+                                     "test_odp_sync_prefetch_rc_traffic",
+                                     "test_rdmacm_async_multicast_traffic",
+                                     "test_rdmacm_async_ex_multicast_traffic",
+                                     "test_rdmacm_async_ex_leave_multicast_traffic"};
 
 struct SuiteResult {
   int passed = 0, failed = 0, errors = 0, skipped = 0;

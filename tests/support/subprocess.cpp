@@ -58,6 +58,24 @@ Process::~Process() {
   unlink(output_path_.c_str());
 }
 
+namespace {
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+}  // namespace
+
+bool Process::printed(const std::string& text, std::chrono::milliseconds limit) const {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (read_file(output_path_).find(text) == std::string::npos) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
 Exit Process::wait(std::chrono::milliseconds limit) {
   Exit e;
   const auto deadline = std::chrono::steady_clock::now() + limit;
@@ -79,10 +97,7 @@ Exit Process::wait(std::chrono::milliseconds limit) {
     if (WIFEXITED(status)) e.code = WEXITSTATUS(status);
     if (WIFSIGNALED(status)) e.signal = WTERMSIG(status);
   }
-  std::ifstream in(output_path_);
-  std::ostringstream text;
-  text << in.rdbuf();
-  e.output = text.str();
+  e.output = read_file(output_path_);
   return e;
 }
 

@@ -28,6 +28,8 @@ class Process {
 
   /// Waits at most `limit`; kills the process (SIGKILL) when it is exceeded.
   Exit wait(std::chrono::milliseconds limit);
+  /// Waits at most `limit` for `text` in what the process has printed so far.
+  bool printed(const std::string& text, std::chrono::milliseconds limit) const;
   pid_t pid() const { return pid_; }
 
  private:

@@ -26,11 +26,6 @@ constexpr int kReqPrivate = 56, kSidrReqPrivate = 180, kRepPrivate = 196, kSidrR
 // How long the active side waits for the passive side's answer.
 constexpr std::chrono::milliseconds kConnectTimeout{30000};
 
-int fail(int err) {
-  errno = err;
-  return -1;
-}
-
 bool is_ud(const CmId* id) {
   return id->id.ps == RDMA_PS_UDP;
 }
@@ -141,6 +136,7 @@ SOFTRDMA_EXPORT int rdma_destroy_id(rdma_cm_id* cm_id) {
       release_backlog_slot(id);
     }
     unwatch(id);
+    leave_all_groups(id);
     if (id->sock >= 0) close(id->sock);
     id->sock = -1;
     id->state = IdState::kDestroying;
@@ -200,7 +196,13 @@ SOFTRDMA_EXPORT int rdma_resolve_addr(rdma_cm_id* cm_id, sockaddr* src, sockaddr
     int probe = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     sockaddr_in target = *reinterpret_cast<sockaddr_in*>(dst);
     if (target.sin_port == 0) target.sin_port = htons(9);
-    const bool routed = connect(probe, reinterpret_cast<sockaddr*>(&target), sizeof target) == 0;
+    // A group is reached from the address the id is bound to, route or not (as IP
+    // multicast leaves by the interface chosen for it).
+    const bool bound_group_sender = IN_MULTICAST(ntohl(target.sin_addr.s_addr)) &&
+                                    id->state == IdState::kBound &&
+                                    !is_wildcard(&cm_id->route.addr.src_addr);
+    const bool routed = bound_group_sender ||
+                        connect(probe, reinterpret_cast<sockaddr*>(&target), sizeof target) == 0;
     const int err = routed ? 0 : errno;
     if (routed && id->state == IdState::kIdle) {
       sockaddr_in local{};

@@ -5,6 +5,7 @@
 #include <rdma/rdma_cma.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -80,6 +81,13 @@ struct CmId {
   CmMsg request{};  // the active side's REQ (or SIDR REQ), sent once TCP connects
   // Until then a refused connection is tried again (see kRefusedGrace).
   std::chrono::steady_clock::time_point refused_until{};
+  // Multicast groups joined (rdma_join_multicast), with the application's context.
+  struct Group {
+    uint8_t gid[16];
+    void* context;
+    bool attached;  // its QP is a member (not a send-only join)
+  };
+  std::vector<Group> groups;
   // rdma_create_ep: the QP every child of a listening endpoint gets.
   bool has_child_qp_attr = false;
   ibv_qp_init_attr child_qp_attr{};
@@ -93,6 +101,12 @@ struct CmId {
   uint64_t events_acked = 0;
 };
 
+/// How librdmacm's calls fail: errno set, -1 returned.
+inline int fail(int err) {
+  errno = err;
+  return -1;
+}
+
 inline EventChannel* to_channel(rdma_event_channel* c) {
   return reinterpret_cast<EventChannel*>(c);
 }
@@ -104,6 +118,13 @@ inline CmId* to_id(rdma_cm_id* i) {
 /// connection parameters.
 void post_event(CmId* id, rdma_cm_event_type type, int status, const CmMsg* msg = nullptr,
                 CmId* listen_id = nullptr);
+
+/// Queues RDMA_CM_EVENT_MULTICAST_JOIN for group `gid`: the address handle, QP number and
+/// qkey a sender to the group uses, and the join's `context` as its private data.
+void post_multicast_join(CmId* id, const uint8_t gid[16], void* context);
+
+/// Leaves every multicast group the id joined (rdma_destroy_id).
+void leave_all_groups(CmId* id);
 
 /// Synchronous ids: waits for the next event of `id`; returns it, or nullptr on timeout.
 Event* wait_event(CmId* id, int timeout_ms);

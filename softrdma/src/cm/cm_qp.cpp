@@ -12,11 +12,6 @@
 namespace softrdma::cm {
 namespace {
 
-int fail(int err) {
-  errno = err;
-  return -1;
-}
-
 // Creates a CQ of `depth` entries with its own completion channel.
 bool make_cq(rdma_cm_id* id, uint32_t depth, ibv_comp_channel** channel, ibv_cq** cq) {
   ibv_context* ctx = id->verbs;

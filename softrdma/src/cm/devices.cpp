@@ -1,5 +1,5 @@
-// rdma_get_devices, and the features the connection manager does not offer: multicast
-// and ECE (they fail with ENOSYS/EOPNOTSUPP as documented).
+// rdma_get_devices, and the feature the connection manager does not offer: ECE (it fails
+// with EOPNOTSUPP as documented).
 #include <cerrno>
 #include <cstdlib>
 
@@ -22,21 +22,6 @@ SOFTRDMA_EXPORT ibv_context** rdma_get_devices(int* num_devices) {
 
 SOFTRDMA_EXPORT void rdma_free_devices(ibv_context** list) {
   std::free(list);
-}
-
-SOFTRDMA_EXPORT int rdma_join_multicast(rdma_cm_id*, sockaddr*, void*) {
-  errno = EOPNOTSUPP;
-  return -1;
-}
-
-SOFTRDMA_EXPORT int rdma_join_multicast_ex(rdma_cm_id*, rdma_cm_join_mc_attr_ex*, void*) {
-  errno = EOPNOTSUPP;
-  return -1;
-}
-
-SOFTRDMA_EXPORT int rdma_leave_multicast(rdma_cm_id*, sockaddr*) {
-  errno = EOPNOTSUPP;
-  return -1;
 }
 
 SOFTRDMA_EXPORT int rdma_get_remote_ece(rdma_cm_id*, ibv_ece*) {

@@ -19,11 +19,6 @@ using namespace softrdma::cm;
 
 namespace {
 
-int fail(int err) {
-  errno = err;
-  return -1;
-}
-
 sockaddr* copy_addr(const sockaddr* a, socklen_t len) {
   auto* out = static_cast<sockaddr*>(std::malloc(len));
   std::memcpy(out, a, len);

@@ -75,15 +75,15 @@ Event* take_front(EventChannel* ch) {
   return e;
 }
 
-}  // namespace
-
-void post_event(CmId* id, rdma_cm_event_type type, int status, const CmMsg* msg, CmId* listen_id) {
+Event* new_event(CmId* id, rdma_cm_event_type type, int status) {
   auto* e = new Event();
   e->event.id = &id->id;
-  e->event.listen_id = listen_id ? &listen_id->id : nullptr;
   e->event.event = type;
   e->event.status = status;
-  if (msg) fill_params(*e, id, *msg);
+  return e;
+}
+
+void enqueue(CmId* id, Event* e) {
   EventChannel* ch = id->channel;
   {
     std::lock_guard lock(ch->mutex);
@@ -92,6 +92,25 @@ void post_event(CmId* id, rdma_cm_event_type type, int status, const CmMsg* msg,
     [[maybe_unused]] ssize_t n = write(ch->channel.fd, &one, sizeof one);
   }
   ch->arrived.notify_all();
+}
+
+}  // namespace
+
+void post_event(CmId* id, rdma_cm_event_type type, int status, const CmMsg* msg, CmId* listen_id) {
+  Event* e = new_event(id, type, status);
+  e->event.listen_id = listen_id ? &listen_id->id : nullptr;
+  if (msg) fill_params(*e, id, *msg);
+  enqueue(id, e);
+}
+
+void post_multicast_join(CmId* id, const uint8_t gid[16], void* context) {
+  Event* e = new_event(id, RDMA_CM_EVENT_MULTICAST_JOIN, 0);
+  rdma_ud_param& ud = e->event.param.ud;
+  ud.private_data = context;
+  ud.ah_attr = address_to(id->id.verbs, gid, local_gid_index(id));
+  ud.qp_num = 0xffffff;  // a multicast message's destination QP number (IBTA 10.5.2.5)
+  ud.qkey = RDMA_UDP_QKEY;
+  enqueue(id, e);
 }
 
 Event* wait_event(CmId* id, int timeout_ms) {

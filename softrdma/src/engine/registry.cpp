@@ -26,14 +26,16 @@ struct Registry::Header {
 
 namespace {
 
-constexpr uint64_t kMagic = 0x34764d4452544653ull;  // "SFTRDMv4"
-constexpr uint32_t kLayoutVersion = 4;
+constexpr uint64_t kMagic = 0x35764d4452544653ull;  // "SFTRDMv5"
+constexpr uint32_t kLayoutVersion = 5;
 constexpr size_t kHeaderBytes = 4096;
 constexpr size_t kQpBytes = sizeof(QpSlot) * Registry::kQpCapacity;
 constexpr size_t kMrBytes = sizeof(MrSlot) * Registry::kMrCapacity;
 constexpr size_t kMrUsersBytes = sizeof(MrUsers) * Registry::kMrCapacity;
 constexpr size_t kLockBytes = sizeof(ProcessLock) * Registry::kAtomicStripes;
-constexpr size_t kFileBytes = kHeaderBytes + kQpBytes + kMrBytes + kMrUsersBytes + kLockBytes;
+constexpr size_t kMcastBytes = sizeof(McastSlot) * Registry::kMcastCapacity;
+constexpr size_t kFileBytes =
+    kHeaderBytes + kQpBytes + kMrBytes + kMrUsersBytes + kLockBytes + kMcastBytes;
 
 std::string registry_path() {
   if (const char* p = std::getenv("SOFTRDMA_REGISTRY")) return p;
@@ -177,7 +179,9 @@ Registry::Registry(void* base, uint32_t qpn_range)
       mr_users_(reinterpret_cast<MrUsers*>(static_cast<char*>(base) + kHeaderBytes + kQpBytes +
                                            kMrBytes)),
       atomic_locks_(reinterpret_cast<ProcessLock*>(static_cast<char*>(base) + kHeaderBytes +
-                                                   kQpBytes + kMrBytes + kMrUsersBytes)) {
+                                                   kQpBytes + kMrBytes + kMrUsersBytes)),
+      mcasts_(reinterpret_cast<McastSlot*>(static_cast<char*>(base) + kHeaderBytes + kQpBytes +
+                                           kMrBytes + kMrUsersBytes + kLockBytes)) {
   // A zero-filled file is a valid empty registry; the magic only marks the layout.
   uint64_t expected = 0;
   header_->magic.compare_exchange_strong(expected, kMagic);
@@ -309,6 +313,38 @@ void Registry::wait_until_unused(uint32_t key) {
 MrSlot* Registry::mr_slot(uint32_t key) {
   if (key == 0) return nullptr;
   return &mrs_[mr_index(key)];
+}
+
+bool Registry::attach_mcast(const uint8_t gid[16], uint32_t qpn) {
+  bool attached = false;
+  for_each_mcast_member(gid, [&](uint32_t member, pid_t) { attached |= member == qpn; });
+  if (attached) return true;
+  std::atomic<uint32_t> hint{0};
+  uint32_t index = 0;
+  McastSlot* m = claim_slot(mcasts_, kMcastCapacity, hint, index);
+  if (!m) return false;
+  const ProcessId& me = self_process();
+  m->qpn = qpn;
+  m->pid = me.pid;
+  m->start_time = me.start_time;
+  m->netns = self_netns();
+  std::memcpy(m->gid, gid, 16);
+  m->state.store(static_cast<uint32_t>(SlotState::kLive), std::memory_order_release);
+  return true;
+}
+
+bool Registry::detach_mcast(const uint8_t gid[16], uint32_t qpn) {
+  const ProcessId& me = self_process();
+  for (uint32_t i = 0; i < kMcastCapacity; ++i) {
+    McastSlot& m = mcasts_[i];
+    if (m.state.load(std::memory_order_acquire) == static_cast<uint32_t>(SlotState::kLive) &&
+        m.qpn == qpn && m.pid == me.pid && m.start_time == me.start_time &&
+        std::memcmp(m.gid, gid, 16) == 0) {
+      m.state.store(static_cast<uint32_t>(SlotState::kFree), std::memory_order_release);
+      return true;
+    }
+  }
+  return false;
 }
 
 ProcessLock& Registry::atomic_lock(pid_t pid, uint64_t host_addr) {

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "common/process_identity.hpp"
 #include "common/process_lock.hpp"
@@ -60,6 +61,18 @@ struct alignas(64) MrSlot {
   std::atomic<uint32_t> windows;  // region: windows bound into it (ibv_dereg_mr: EBUSY)
 };
 
+/// A UD QP attached to a multicast group (ibv_attach_mcast).
+struct alignas(64) McastSlot {
+  std::atomic<uint32_t> state;
+  uint32_t qpn;
+  int32_t pid;
+  uint32_t pad;
+  uint64_t start_time;
+  uint64_t netns;  // the "host" of the member (see QpSlot)
+  uint8_t gid[16];
+};
+static_assert(sizeof(McastSlot) == 64);
+
 /// Accessors copying into or out of a region right now; ibv_dereg_mr waits for zero.
 struct alignas(64) MrUsers {
   std::atomic<uint32_t> count;
@@ -73,6 +86,7 @@ class Registry {
   // QP number ranges of kQpCapacity, one per registry, 24-bit numbers all.
   static constexpr uint32_t kQpnRanges = ((1u << 24) - kFirstQpn) / kQpCapacity;
   static constexpr uint32_t kAtomicStripes = 4096;
+  static constexpr uint32_t kMcastCapacity = 4096;  // attachments, all groups together
   // Key = random 8 bits, the slot index, random low 8 bits: keys are not guessable, and the
   // low byte is the "key" part that ibv_inc_rkey changes when a window is bound again.
   static constexpr uint32_t kMrIndexShift = 8;
@@ -118,6 +132,22 @@ class Registry {
   /// Waits (bounded) until no accessor that pinned `key` is inside any more.
   void wait_until_unused(uint32_t key);
 
+  /// Attaches QP `qpn` of this process to group `gid`: true if attached (or already),
+  /// false when the table is full.
+  bool attach_mcast(const uint8_t gid[16], uint32_t qpn);
+  /// Detaches it; false if it was not attached.
+  bool detach_mcast(const uint8_t gid[16], uint32_t qpn);
+  /// Calls fn(qpn, pid) for every member of `gid` in this network namespace.
+  template <typename Fn>
+  void for_each_mcast_member(const uint8_t gid[16], Fn fn) {
+    for (uint32_t i = 0; i < kMcastCapacity; ++i) {
+      const McastSlot& m = mcasts_[i];
+      if (m.state.load(std::memory_order_acquire) == static_cast<uint32_t>(SlotState::kLive) &&
+          m.netns == self_netns() && std::memcmp(m.gid, gid, 16) == 0)
+        fn(m.qpn, m.pid);
+    }
+  }
+
   /// Host-wide lock serialising atomics on one 8-byte word of one process.
   ProcessLock& atomic_lock(pid_t pid, uint64_t host_addr);
 
@@ -134,6 +164,7 @@ class Registry {
   MrSlot* mrs_;
   MrUsers* mr_users_;
   ProcessLock* atomic_locks_;
+  McastSlot* mcasts_;
 };
 
 }  // namespace softrdma

@@ -19,7 +19,9 @@ uint32_t destination_qpn(const Qp& qp, const SendWork& w) {
   return qp.qpx.qp_base.qp_type == IBV_QPT_UD ? w.remote_qpn : qp.attr.dest_qp_num;
 }
 
-wire::Request make_request(const Qp& qp, const SendWork& w, uint64_t length) {
+}  // namespace
+
+wire::Request request_header(const Qp& qp, const SendWork& w, uint64_t length) {
   wire::Request h{};
   h.magic = wire::kMagic;
   h.kind = wire::Kind::kRequest;
@@ -47,6 +49,8 @@ wire::Request make_request(const Qp& qp, const SendWork& w, uint64_t length) {
     h.acked_psn_end = qp.shared->peer_psn_end.load(std::memory_order_acquire);
   return h;
 }
+
+namespace {
 
 // Puts `w` and everything sent after it back in front of the blocked work, in order: the
 // responder refuses requests that follow one it did not execute.
@@ -97,7 +101,7 @@ Outcome transmit(Qp& qp, SendWork& w, const iovec* payload, int count, uint64_t 
     retries_exhausted(qp, w, now);  // starts the ACK-timeout budget
     w.next_attempt = Clock::time_point{};
   }
-  const wire::Request header = make_request(qp, w, length);
+  const wire::Request header = request_header(qp, w, length);
   w.link = link;
   // In the in-flight list before it is sent: the answer may arrive at once.
   qp.inflight.push_back(std::move(w));

@@ -5,6 +5,7 @@
 
 #include "engine/completion_queue.hpp"
 #include "engine/memory_windows.hpp"
+#include "engine/multicast.hpp"
 #include "engine/progress.hpp"
 #include "engine/qp_types.hpp"
 #include "engine/responder.hpp"
@@ -28,6 +29,46 @@ bool find_local_peer(Qp& qp, const SendWork& w, TargetQp& scratch, TargetQp*& ta
   return resolve_local_qp(qp.attr.dest_qp_num, qp.peer);
 }
 
+// `w` as the responder of a QP on this host takes it.
+InboundRequest to_inbound(const Qp& qp, const SendWork& w, const iovec* iov, int count,
+                          uint64_t length) {
+  InboundRequest r;
+  r.opcode = w.opcode;
+  r.qp_type = qp.qpx.qp_base.qp_type;
+  r.src_qpn = qp.qpx.qp_base.qp_num;
+  if (r.qp_type == IBV_QPT_UD) {  // only a UD receive shows the GIDs (in its GRH)
+    const Gid sgid = qp.ctx->gids.at(qp.attr.ah_attr.grh.sgid_index);
+    std::memcpy(r.src_gid, sgid.data(), 16);
+    std::memcpy(r.dst_gid, w.dgid.data(), 16);
+  }
+  r.solicited = w.send_flags & IBV_SEND_SOLICITED;
+  r.has_imm = w.opcode == IBV_WR_SEND_WITH_IMM || w.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+  r.imm_data = w.imm_data;
+  r.remote_addr = w.remote_addr;
+  r.rkey = w.rkey;
+  r.compare_add = w.compare_add;
+  r.swap = w.swap;
+  r.qkey = w.remote_qkey;
+  r.local = iov;
+  r.local_count = count;
+  r.length = length;
+  return r;
+}
+
+// A UD send to a multicast group: this registry's members on this host get it from here,
+// every other member from the datagram (engine/multicast). Unreliable: done once sent.
+Outcome send_multicast(Qp& qp, SendWork& w, const iovec* iov, int count, uint64_t length) {
+  const InboundRequest r = to_inbound(qp, w, iov, count, length);
+  Registry::instance().for_each_mcast_member(w.dgid.data(), [&](uint32_t qpn, pid_t) {
+    TargetQp member;
+    if (resolve_local_qp(qpn, member)) respond(member, r);
+  });
+  multicast_transmit(qp.ctx->gids.at(qp.attr.ah_attr.grh.sgid_index), request_header(qp, w, length),
+                     iov, count);
+  complete(qp, w, IBV_WC_SUCCESS);
+  return Outcome::kCompleted;
+}
+
 // Runs the responder for a destination on this host, in this thread.
 Outcome execute_here(Qp& qp, SendWork& w, const iovec* iov, int count, uint64_t length) {
   const bool ud = qp.qpx.qp_base.qp_type == IBV_QPT_UD;
@@ -35,27 +76,7 @@ Outcome execute_here(Qp& qp, SendWork& w, const iovec* iov, int count, uint64_t 
   TargetQp* target = nullptr;
   ResponderReply reply{Kind::kNoAnswer, IBV_WC_SUCCESS, 0};
   if (find_local_peer(qp, w, scratch, target)) {
-    InboundRequest r;
-    r.opcode = w.opcode;
-    r.qp_type = qp.qpx.qp_base.qp_type;
-    r.src_qpn = qp.qpx.qp_base.qp_num;
-    if (ud) {  // only a UD receive shows the GIDs (in its GRH)
-      const Gid sgid = qp.ctx->gids.at(qp.attr.ah_attr.grh.sgid_index);
-      std::memcpy(r.src_gid, sgid.data(), 16);
-      std::memcpy(r.dst_gid, w.dgid.data(), 16);
-    }
-    r.solicited = w.send_flags & IBV_SEND_SOLICITED;
-    r.has_imm = w.opcode == IBV_WR_SEND_WITH_IMM || w.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
-    r.imm_data = w.imm_data;
-    r.remote_addr = w.remote_addr;
-    r.rkey = w.rkey;
-    r.compare_add = w.compare_add;
-    r.swap = w.swap;
-    r.qkey = w.remote_qkey;
-    r.local = iov;
-    r.local_count = count;
-    r.length = length;
-    reply = respond(*target, r);
+    reply = respond(*target, to_inbound(qp, w, iov, count, length));
   } else if (ud) {
     reply = {Kind::kDone, IBV_WC_SUCCESS, 0};  // UD to nowhere is lost, not an error
   }
@@ -130,6 +151,7 @@ Outcome execute(Qp& qp, SendWork& w) {
     fail(qp, w, IBV_WC_LOC_LEN_ERR);
     return Outcome::kCompleted;
   }
+  if (ud && is_multicast(w.dgid)) return send_multicast(qp, w, iov, count, length);
   if (destination_is_remote(qp, w)) return transmit(qp, w, iov, count, length);
   return execute_here(qp, w, iov, count, length);
 }

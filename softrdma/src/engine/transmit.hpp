@@ -7,10 +7,14 @@
 
 #include "engine/progress.hpp"
 #include "verbs/objects.hpp"
+#include "wire/protocol.hpp"
 
 namespace softrdma {
 
 enum class Outcome { kCompleted, kBlocked, kInFlight };
+
+/// The wire header of `w`, as another host's responder (or a multicast member) takes it.
+wire::Request request_header(const Qp& qp, const SendWork& w, uint64_t length);
 
 /// True when `w`'s destination is not on this host.
 bool destination_is_remote(const Qp& qp, const SendWork& w);

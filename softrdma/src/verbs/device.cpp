@@ -73,6 +73,9 @@ void fill_device_attr(ibv_device_attr& a) {
   a.max_cqe = limits::kMaxCqe;
   a.max_mr = static_cast<int>(Registry::kMrCapacity);
   a.max_mw = static_cast<int>(Registry::kMrCapacity);  // windows share the key table
+  a.max_mcast_grp = static_cast<int>(limits::kMaxMcastGroups);
+  a.max_mcast_qp_attach = static_cast<int>(limits::kMaxMcastQpAttach);
+  a.max_total_mcast_qp_attach = static_cast<int>(Registry::kMcastCapacity);
   a.max_pd = 65536;
   a.max_qp_rd_atom = limits::kMaxQpRdAtom;
   a.max_res_rd_atom = limits::kMaxQpRdAtom * a.max_qp;

@@ -28,6 +28,9 @@ inline constexpr int kNumCompVectors = 1;
 inline constexpr uint8_t kPortNum = 1;
 inline constexpr ibv_mtu kMtu = IBV_MTU_4096;
 inline constexpr uint32_t kMtuBytes = 4096;
+// Multicast: attachments are entries of the registry's table (engine/registry.hpp).
+inline constexpr uint32_t kMaxMcastQpAttach = 64;  // groups per QP
+inline constexpr uint32_t kMaxMcastGroups = 4096;
 inline constexpr uint32_t kUdGrhBytes = 40;
 
 static_assert(kMaxQpWr >= 8 && kMaxSge >= 2, "pyverbs derives random caps from these");

@@ -166,12 +166,6 @@ SOFTRDMA_EXPORT int ibv_read_sysfs_file(const char*, const char*, char*, size_t)
   return -1;
 }
 
-SOFTRDMA_EXPORT int ibv_attach_mcast(ibv_qp*, const ibv_gid*, uint16_t) {
-  return EOPNOTSUPP;
-}
-SOFTRDMA_EXPORT int ibv_detach_mcast(ibv_qp*, const ibv_gid*, uint16_t) {
-  return EOPNOTSUPP;
-}
 SOFTRDMA_EXPORT int ibv_query_ece(ibv_qp*, ibv_ece*) {
   return EOPNOTSUPP;
 }

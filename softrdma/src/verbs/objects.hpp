@@ -165,6 +165,7 @@ struct Qp {
   bool peer_on_this_host = true;  // RC: decided at RTR from the destination GID
   // Created with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS: the ibv_wr_* API and its pending batch.
   std::unique_ptr<WrBatch> wr_batch;
+  std::vector<Gid> mcast_groups;  // UD: the groups it is attached to (verbs/mcast.cpp)
 };
 
 inline Context* to_ctx(ibv_context* c) {
@@ -188,6 +189,9 @@ inline Srq* to_srq(ibv_srq* s) {
 inline Ah* to_ah(ibv_ah* a) {
   return reinterpret_cast<Ah*>(a);
 }
+/// Detaches a QP that goes from every multicast group it joined.
+void detach_all_groups(Qp& q);
+
 inline Qp* to_qp(ibv_qp* q) {
   return reinterpret_cast<Qp*>(q);
 }

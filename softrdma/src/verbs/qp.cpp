@@ -182,6 +182,7 @@ SOFTRDMA_EXPORT int ibv_destroy_qp(ibv_qp* qp) {
   // walk over the QPs) can no longer reach it, and those using it finish before this goes on.
   local_qp_set(qp->qp_num, nullptr);
   progress_forget(q);
+  detach_all_groups(*q);
   q->shared->state.store(IBV_QPS_RESET);
   Registry::instance().release_qpn(qp->qp_num);  // waits for peers inside the QP
   q->send_cq->users.fetch_sub(1);

@@ -27,6 +27,24 @@ constexpr int kReadsPerEvent = 16;
 constexpr size_t kEagerFlush = size_t{256} << 10;
 static_assert(kEagerFlush < InboundConnection::kMaxPendingOutput);
 
+Reply to_reply(ResponderReply::Kind k) {
+  switch (k) {
+    case ResponderReply::Kind::kDone:
+      return Reply::kDone;
+    case ResponderReply::Kind::kRnr:
+      return Reply::kRnr;
+    default:
+      return Reply::kNoAnswer;
+  }
+}
+
+void append(std::vector<char>& out, const void* bytes, size_t n) {
+  const char* p = static_cast<const char*>(bytes);
+  out.insert(out.end(), p, p + n);
+}
+
+}  // namespace
+
 InboundRequest to_inbound(const Request& h, const iovec* local, int count) {
   InboundRequest r;
   r.opcode = static_cast<ibv_wr_opcode>(h.opcode);
@@ -47,24 +65,6 @@ InboundRequest to_inbound(const Request& h, const iovec* local, int count) {
   r.length = h.length;
   return r;
 }
-
-Reply to_reply(ResponderReply::Kind k) {
-  switch (k) {
-    case ResponderReply::Kind::kDone:
-      return Reply::kDone;
-    case ResponderReply::Kind::kRnr:
-      return Reply::kRnr;
-    default:
-      return Reply::kNoAnswer;
-  }
-}
-
-void append(std::vector<char>& out, const void* bytes, size_t n) {
-  const char* p = static_cast<const char*>(bytes);
-  out.insert(out.end(), p, p + n);
-}
-
-}  // namespace
 
 InboundConnection::InboundConnection(int fd) : fd_(fd), accepted_at_(Clock::now()) {
   tune_socket(fd_);

@@ -10,9 +10,14 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/responder.hpp"
 #include "wire/protocol.hpp"
 
 namespace softrdma::wire {
+
+/// A request received from the wire (`h`, its payload or result buffers in `local`), as the
+/// responder takes it.
+InboundRequest to_inbound(const Request& h, const iovec* local, int count);
 
 class InboundConnection {
  public:
