@@ -61,7 +61,12 @@ constexpr const char* kMustPass[] = {"test_rdmacm_sync_traffic",
                                      "test_odp_sync_prefetch_rc_traffic",
                                      "test_rdmacm_async_multicast_traffic",
                                      "test_rdmacm_async_ex_multicast_traffic",
-                                     "test_rdmacm_async_ex_leave_multicast_traffic"};
+                                     "test_rdmacm_async_ex_leave_multicast_traffic",
+                                     "test_default_allocators_rc_traffic",
+                                     "test_without_allocators_rc_traffic",
+                                     "test_mem_align_rc_traffic",
+                                     "test_mem_align_ud_traffic",
+                                     "test_mem_align_srq_excq_rc_traffic"};
 
 struct SuiteResult {
   int passed = 0, failed = 0, errors = 0, skipped = 0;

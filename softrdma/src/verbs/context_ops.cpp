@@ -15,6 +15,9 @@ void install_context_ops(verbs_context& vctx) {
   ops.bind_mw = bind_mw;
   vctx.create_qp_ex = create_qp_ex;
   vctx.advise_mr = advise_mr;
+  vctx.alloc_td = alloc_td;
+  vctx.dealloc_td = dealloc_td;
+  vctx.alloc_parent_domain = alloc_parent_domain;
   vctx.create_cq_ex = create_cq_ex;
 }
 

@@ -143,7 +143,7 @@ Cq* create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel*
 namespace softrdma {
 
 ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
-  constexpr uint32_t kSupportedMask = IBV_CQ_INIT_ATTR_MASK_FLAGS;
+  constexpr uint32_t kSupportedMask = IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD;
   // A hint only: every CQ of softrdma is safe to use from several threads.
   constexpr uint32_t kSupportedFlags = IBV_CREATE_CQ_ATTR_SINGLE_THREADED;
   if ((attr->wc_flags & ~kSupportedWcFlags) || (attr->comp_mask & ~kSupportedMask) ||
@@ -151,9 +151,19 @@ ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
     errno = EOPNOTSUPP;  // completion timestamps, VLAN and flow tags, overrun ignoring
     return nullptr;
   }
+  // The PD a CQ may name is a parent domain (as on mlx5): a plain PD is EINVAL.
+  Pd* parent = (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) ? to_pd(attr->parent_domain) : nullptr;
+  if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) && (!parent || !parent->protection)) {
+    errno = EINVAL;
+    return nullptr;
+  }
   Cq* cq = create_cq(context, static_cast<int>(std::min<uint32_t>(attr->cqe, INT32_MAX)),
                      attr->cq_context, attr->channel, static_cast<int>(attr->comp_vector));
   if (!cq) return nullptr;
+  if (parent) {
+    cq->parent_domain = parent;
+    parent->users.fetch_add(1);
+  }
   install_cq_ex_ops(*cq);
   return &cq->cq_ex;
 }
@@ -195,6 +205,7 @@ SOFTRDMA_EXPORT int ibv_destroy_cq(ibv_cq* cq) {
     std::erase(c->channel->cqs, c);
     --c->channel->channel.refcnt;
   }
+  if (c->parent_domain) c->parent_domain->users.fetch_sub(1);
   Arena::self().free(c->offset);
   delete c;
   return 0;

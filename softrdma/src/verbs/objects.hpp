@@ -43,10 +43,17 @@ struct Context {
 };
 static_assert(offsetof(Context, vctx) == 0);
 
+struct Td {
+  ibv_td td;
+  std::atomic<uint32_t> users{0};  // parent domains built on it
+};
+
 struct Pd {
   ibv_pd pd;
   uint32_t id;
-  std::atomic<uint32_t> users{0};  // MRs, QPs, SRQs and AHs created on it
+  std::atomic<uint32_t> users{0};  // MRs, MWs, QPs, SRQs, AHs, CQs and parent domains on it
+  Pd* protection = nullptr;        // a parent domain: the PD it stands for (id is that PD's)
+  Td* td = nullptr;                // a parent domain's thread domain, if any
 };
 
 struct Mr {
@@ -69,6 +76,7 @@ struct Cq {
   CqShared* shared = nullptr;
   Channel* channel = nullptr;
   std::atomic<uint32_t> users{0};  // QPs and SRQs that complete into this CQ
+  Pd* parent_domain = nullptr;     // ibv_create_cq_ex with IBV_CQ_INIT_ATTR_MASK_PD
   uint32_t events_delivered = 0;   // by ibv_get_cq_event; guarded by cq.mutex
   ibv_wc polled{};  // the completion ibv_start_poll / ibv_next_poll stand on (ibv_wc_read_*)
 };
@@ -173,6 +181,9 @@ inline Context* to_ctx(ibv_context* c) {
 }
 inline Pd* to_pd(ibv_pd* p) {
   return reinterpret_cast<Pd*>(p);
+}
+inline Td* to_td(ibv_td* t) {
+  return reinterpret_cast<Td*>(t);
 }
 inline Mr* to_mr(ibv_mr* m) {
   return reinterpret_cast<Mr*>(m);

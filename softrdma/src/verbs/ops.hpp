@@ -19,6 +19,9 @@ ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr);
 ibv_mw* alloc_mw(ibv_pd* pd, ibv_mw_type type);
 int dealloc_mw(ibv_mw* mw);
 int bind_mw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* mw_bind);
+ibv_td* alloc_td(ibv_context* context, ibv_td_init_attr* attr);
+int dealloc_td(ibv_td* td);
+ibv_pd* alloc_parent_domain(ibv_context* context, ibv_parent_domain_init_attr* attr);
 int advise_mr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* sg_list,
               uint32_t num_sge);
 

@@ -20,8 +20,11 @@ SOFTRDMA_EXPORT ibv_pd* ibv_alloc_pd(ibv_context* context) {
 }
 
 SOFTRDMA_EXPORT int ibv_dealloc_pd(ibv_pd* pd) {
-  if (to_pd(pd)->users.load() != 0) return EBUSY;
-  delete to_pd(pd);
+  Pd* p = to_pd(pd);
+  if (p->users.load() != 0) return EBUSY;
+  if (p->protection) p->protection->users.fetch_sub(1);  // a parent domain
+  if (p->td) p->td->users.fetch_sub(1);
+  delete p;
   return 0;
 }
 
