@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <memory>
 #include <regex>
 #include <string>
@@ -42,7 +43,8 @@ class MpiOverUcx : public ::testing::TestWithParam<MpiCase> {
 };
 std::unique_ptr<rdmakit::testing::TwoHosts> MpiOverUcx::hosts_;
 
-std::vector<std::string> mpirun_argv(const MpiCase& c, const rdmakit::testing::TwoHosts& hosts) {
+std::vector<std::string> mpirun_argv(const MpiCase& c, const rdmakit::testing::TwoHosts& hosts,
+                                     const std::string& session_dir) {
   const std::string tls = c.transport == "rc_verbs" ? "rc_verbs,ud_verbs,self" : "ud_verbs,self";
   std::vector<std::string> argv = {"mpirun", "-np", std::to_string(c.ranks), "--oversubscribe",
                                    // Ranks on two "hosts" share this machine's two cores.
@@ -51,7 +53,11 @@ std::vector<std::string> mpirun_argv(const MpiCase& c, const rdmakit::testing::T
                                    // and Open MPI 4.1 places it in a guessed address-space hole
                                    // that can collide with the stack (orted crashed in
                                    // hwloc_shmem_topology_write, about 1 run in 20).
-                                   "--mca", "rtc_hwloc_vmhole", "none", "--mca", "pml", "ucx",
+                                   "--mca", "rtc_hwloc_vmhole", "none",
+                                   // Every "host" shares this /tmp: the daemons' session
+                                   // directories of one run must not meet another's (job
+                                   // family numbers are a hash and collide).
+                                   "--mca", "orte_tmpdir_base", session_dir, "--mca", "pml", "ucx",
                                    "--mca", "osc", "ucx", "--mca", "btl", "self", "-x",
                                    "UCX_TLS=" + tls, "-x", "UCX_NET_DEVICES=softrdma0:1", "-x",
                                    "UCX_LOG_LEVEL=info"};
@@ -76,8 +82,13 @@ TEST_P(MpiOverUcx, ChecksPassAndTheVerbsTransportCarriedThem) {
     GTEST_SKIP() << "no network namespaces here: " << hosts_->reason();
   std::vector<std::string> argv = c.two_hosts ? hosts_->on(0) : std::vector<std::string>{};
   argv.push_back(SOFTRDMA_RUN);
-  for (const std::string& a : mpirun_argv(c, *hosts_)) argv.push_back(a);
+  char pattern[] = "/tmp/rdmakit-mpi-XXXXXX";
+  ASSERT_NE(mkdtemp(pattern), nullptr);
+  const std::string session_dir = pattern;
+  for (const std::string& a : mpirun_argv(c, *hosts_, session_dir)) argv.push_back(a);
   const auto e = rdmakit::testing::run(argv, 240s, {std::string("SOFTRDMA_RUN=") + SOFTRDMA_RUN});
+  std::error_code ignored;
+  std::filesystem::remove_all(session_dir, ignored);
   ASSERT_TRUE(e.ok()) << e.describe() << "\n" << e.output;
   const std::string& out = e.output;
   EXPECT_THAT(out, HasSubstr("all checks passed on " + std::to_string(c.ranks) + " ranks"));
