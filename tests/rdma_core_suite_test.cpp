@@ -25,7 +25,8 @@ constexpr const char* kShippedSuite = "/usr/share/doc/rdma-core/tests";
 constexpr const char* kPython = "/usr/bin/python3";
 
 // Tests of what softrdma implements (the RDMA CM through the device's sysfs view, the extended
-// QP and CQ, UC, ibv_rereg_mr): a skip of any of them is a failure, not a gap.
+// QP and CQ, UC, ibv_rereg_mr, memory windows, ODP, multicast, parent domains, XRC): a skip of any
+// of them is a failure, not a gap.
 constexpr const char* kMustPass[] = {"test_rdmacm_sync_traffic",
                                      "test_rdmacm_async_traffic",
                                      "test_rdmacm_async_read",
@@ -66,7 +67,14 @@ constexpr const char* kMustPass[] = {"test_rdmacm_sync_traffic",
                                      "test_without_allocators_rc_traffic",
                                      "test_mem_align_rc_traffic",
                                      "test_mem_align_ud_traffic",
-                                     "test_mem_align_srq_excq_rc_traffic"};
+                                     "test_mem_align_srq_excq_rc_traffic",
+                                     "test_qp_ex_xrc_send",
+                                     "test_qp_ex_xrc_send_imm",
+                                     "test_xrc_traffic_cq_ex",
+                                     "test_odp_xrc_traffic",
+                                     "test_xrc_atomic_fetch_and_add",
+                                     "test_xrc_atomic_cmp_and_swap",
+                                     "test_ro_xrc_traffic"};
 
 struct SuiteResult {
   int passed = 0, failed = 0, errors = 0, skipped = 0;

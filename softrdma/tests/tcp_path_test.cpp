@@ -207,6 +207,69 @@ TEST_F(TcpPathTest, WellFormedRequestToAMissingQpIsAnsweredNoAnswer) {
   close(s);
 }
 
+// An XRC request from another host goes into the SRQ it names, in the target QP's domain;
+// the SRQ number on a request of another QP type is malformed.
+TEST_F(TcpPathTest, XrcRequestLandsInTheNamedSrqAndOnlyXrcMayNameOne) {
+  ibv_xrcd_init_attr domain{};
+  domain.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
+  domain.fd = -1;
+  ibv_xrcd* xrcd = ibv_open_xrcd(ctx(), &domain);
+  ASSERT_NE(xrcd, nullptr) << std::strerror(errno);
+  ibv_cq* cq = NewCq();
+  ibv_srq_init_attr_ex srq_attr{};
+  srq_attr.attr.max_wr = 4;
+  srq_attr.attr.max_sge = 1;
+  srq_attr.comp_mask =
+      IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_CQ | IBV_SRQ_INIT_ATTR_XRCD;
+  srq_attr.srq_type = IBV_SRQT_XRC;
+  srq_attr.pd = pd();
+  srq_attr.cq = cq;
+  srq_attr.xrcd = xrcd;
+  ibv_srq* srq = ibv_create_srq_ex(ctx(), &srq_attr);
+  ASSERT_NE(srq, nullptr) << std::strerror(errno);
+  ibv_qp_init_attr_ex qp_attr{};
+  qp_attr.qp_type = IBV_QPT_XRC_RECV;
+  qp_attr.comp_mask = IBV_QP_INIT_ATTR_XRCD;
+  qp_attr.xrcd = xrcd;
+  ibv_qp* target = ibv_create_qp_ex(ctx(), &qp_attr);
+  ASSERT_NE(target, nullptr) << std::strerror(errno);
+  wire::Request h = valid_request(target->qp_num);
+  ASSERT_EQ(rc_to_init(target, kRemoteAccess), 0);
+  ASSERT_EQ(rc_to_rtr(target, h.src_qpn, gid0(), RcParams{}), 0);
+  uint32_t srqn = 0;
+  ASSERT_EQ(ibv_get_srq_num(srq, &srqn), 0);
+  Buffer dst = NewBuffer(64, kRemoteAccess, 0);
+  ASSERT_EQ(post_srq_recv(srq, 9, {dst.sge()}), 0);
+
+  int s = connect_to(port_of_qpn(target->qp_num));
+  ASSERT_GE(s, 0);
+  h.opcode = IBV_WR_SEND;
+  h.qp_type = IBV_QPT_XRC_SEND;
+  h.xrc_srqn = srqn;
+  const std::vector<char> payload(8, 'x');
+  ASSERT_EQ(send(s, &h, sizeof h, 0), static_cast<ssize_t>(sizeof h));
+  ASSERT_EQ(send(s, payload.data(), payload.size(), 0), 8);
+  wire::Response r{};
+  ASSERT_TRUE(read_all(s, &r, sizeof r, kTimeout));
+  EXPECT_EQ(r.reply, wire::Reply::kDone);
+  EXPECT_EQ(r.status, IBV_WC_SUCCESS);
+  const ibv_wc wc = poll_one(cq);
+  EXPECT_TRUE(completed(wc, 9));
+  EXPECT_EQ(wc.qp_num, target->qp_num);
+  EXPECT_TRUE(dst.all('x', 0, 8));
+
+  h.qp_type = IBV_QPT_RC;  // an RC request naming an SRQ: malformed
+  h.psn = 1;
+  ASSERT_EQ(send(s, &h, sizeof h, 0), static_cast<ssize_t>(sizeof h));
+  ASSERT_EQ(send(s, payload.data(), payload.size(), 0), 8);
+  EXPECT_TRUE(closed_by_peer(s));
+  close(s);
+  EXPECT_TRUE(dst.all(0, 8));
+  EXPECT_EQ(ibv_destroy_qp(target), 0);
+  EXPECT_EQ(ibv_destroy_srq(srq), 0);
+  EXPECT_EQ(ibv_close_xrcd(xrcd), 0);
+}
+
 TEST_F(TcpPathTest, MalformedResponsesFailTheRequesterAfterItsRetryBudget) {
   // A fake host at 127.0.0.2 (not one of softrdma0's GIDs, so reached over TCP) answers
   // every request with garbage.

@@ -37,6 +37,7 @@ wire::Request request_header(const Qp& qp, const SendWork& w, uint64_t length) {
   h.imm_data = w.imm_data;
   h.rkey = w.rkey;
   h.qkey = w.remote_qkey;
+  h.xrc_srqn = w.xrc_srqn;
   h.remote_addr = w.remote_addr;
   h.compare_add = w.compare_add;
   h.swap = w.swap;

@@ -49,6 +49,7 @@ InboundRequest to_inbound(const Qp& qp, const SendWork& w, const iovec* iov, int
   r.compare_add = w.compare_add;
   r.swap = w.swap;
   r.qkey = w.remote_qkey;
+  r.xrc_srqn = w.xrc_srqn;
   r.local = iov;
   r.local_count = count;
   r.length = length;
@@ -192,6 +193,7 @@ SendWork make_work(const Qp& qp, const ibv_send_wr& wr) {
     w.remote_qkey = (wr.wr.ud.remote_qkey & 0x80000000u) ? qp.attr.qkey : wr.wr.ud.remote_qkey;
     w.dgid = ah->dgid;
   }
+  if (qp.qpx.qp_base.qp_type == IBV_QPT_XRC_SEND) w.xrc_srqn = wr.qp_type.xrc.remote_srqn;
   return w;
 }
 

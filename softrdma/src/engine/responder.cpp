@@ -75,8 +75,12 @@ void build_grh(const InboundRequest& r, uint8_t grh[40]) {
   }
 }
 
-void push_recv_completion(TargetQp& t, const CqEntry& e, bool solicited) {
-  cq_push(*t.arena, t.arena->at<CqShared>(t.qp->recv_cq_offset), e, solicited);
+// Where a request to QP `t` lands: the receive queue, completion queue, protection domain
+// and memory of `t` itself, or for an XRC target those of the XRC SRQ the request names.
+using Landing = TargetQp;
+
+void push_recv_completion(const Landing& m, const CqEntry& e, bool solicited) {
+  cq_push(*m.arena, m.arena->at<CqShared>(m.qp->recv_cq_offset), e, solicited);
 }
 
 // What an unreliable QP (UC, UD) does with a message it cannot take: drops it, silently.
@@ -87,28 +91,28 @@ ResponderReply dropped() {
 // Fails the responder QP after a responder-side error, as a NIC does; an unreliable QP (UC,
 // UD) drops the message instead and stays as it is.
 ResponderReply responder_error(TargetQp& t, ibv_wc_status requester_status, int event) {
-  if (t.qp->qp_type != IBV_QPT_RC) return dropped();
+  if (!is_reliable(static_cast<ibv_qp_type>(t.qp->qp_type))) return dropped();
   qp_enter_error(*t.arena, t.qp, event);
   return done(requester_status);
 }
 
-ResponderReply check_remote_access(TargetQp& t, const InboundRequest& r, uint32_t access,
-                                   PinnedRanges& pinned) {
+ResponderReply check_remote_access(TargetQp& t, const Landing& m, const InboundRequest& r,
+                                   uint32_t access, PinnedRanges& pinned) {
   if (!(t.qp->access_flags.load(std::memory_order_relaxed) & access) ||
-      !pinned.add(r.rkey, r.remote_addr, r.length, t.owner(), t.qp->pd_id, access, t.qpn))
+      !pinned.add(r.rkey, r.remote_addr, r.length, m.owner(), m.qp->pd_id, access, t.qpn))
     return responder_error(t, IBV_WC_REM_ACCESS_ERR, IBV_EVENT_QP_ACCESS_ERR);
   return done(IBV_WC_SUCCESS);
 }
 
 // SEND, SEND_WITH_IMM and WRITE_WITH_IMM take the oldest posted receive.
-ResponderReply deliver_to_receive(TargetQp& t, const InboundRequest& r) {
+ResponderReply deliver_to_receive(TargetQp& t, const Landing& m, const InboundRequest& r) {
   const bool ud = r.qp_type == IBV_QPT_UD;
-  const bool reliable = r.qp_type == IBV_QPT_RC;
+  const bool reliable = is_reliable(r.qp_type);
   const bool write_imm = r.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
-  auto* rq = t.arena->at<RecvQueueShared>(t.qp->recv_queue_offset);
+  auto* rq = m.arena->at<RecvQueueShared>(m.qp->recv_queue_offset);
   PinnedRanges remote;
   if (write_imm && r.length) {
-    ResponderReply a = check_remote_access(t, r, IBV_ACCESS_REMOTE_WRITE, remote);
+    ResponderReply a = check_remote_access(t, m, r, IBV_ACCESS_REMOTE_WRITE, remote);
     if (a.status != IBV_WC_SUCCESS) return a;
   }
 
@@ -123,12 +127,12 @@ ResponderReply deliver_to_receive(TargetQp& t, const InboundRequest& r) {
     }
     RecvWqe* w = rq->wqe(rq->head);
     wr_id = w->wr_id;
-    dest_ok = write_imm || pin_sge_list(dest, w->sge(), static_cast<int>(w->num_sge), t.owner(),
+    dest_ok = write_imm || pin_sge_list(dest, w->sge(), static_cast<int>(w->num_sge), m.owner(),
                                         rq->pd_id, IBV_ACCESS_LOCAL_WRITE);
     ++rq->head;
     if (rq->is_srq && rq->limit && rq->tail - rq->head < rq->limit) {
       rq->limit = 0;
-      async_push(*t.arena, rq->context_offset, IBV_EVENT_SRQ_LIMIT_REACHED, rq->owner_handle);
+      async_push(*m.arena, rq->context_offset, IBV_EVENT_SRQ_LIMIT_REACHED, rq->owner_handle);
     }
   }
 
@@ -138,21 +142,21 @@ ResponderReply deliver_to_receive(TargetQp& t, const InboundRequest& r) {
   e.src_qp = r.src_qpn;
   if (!dest_ok) {
     e.status = IBV_WC_LOC_PROT_ERR;
-    push_recv_completion(t, e, true);
+    push_recv_completion(m, e, true);
     if (!reliable) return dropped();
     return responder_error(t, IBV_WC_REM_OP_ERR, IBV_EVENT_QP_FATAL);
   }
   const uint64_t grh_bytes = ud ? 40 : 0;
   if (!write_imm && dest.total() < r.length + grh_bytes) {
     e.status = IBV_WC_LOC_LEN_ERR;
-    push_recv_completion(t, e, true);
+    push_recv_completion(m, e, true);
     if (!reliable) return dropped();
     return responder_error(t, IBV_WC_REM_INV_REQ_ERR, IBV_EVENT_QP_FATAL);
   }
 
   int err = 0;
   if (write_imm) {
-    if (r.length) err = copy_into(remote, t.owner(), r.local, r.local_count);
+    if (r.length) err = copy_into(remote, m.owner(), r.local, r.local_count);
   } else {
     iovec src[kMaxSge + 1];
     uint8_t grh[40];
@@ -162,19 +166,19 @@ ResponderReply deliver_to_receive(TargetQp& t, const InboundRequest& r) {
       src[n++] = iovec{grh, sizeof grh};
     }
     for (int i = 0; i < r.local_count && n <= kMaxSge; ++i) src[n++] = r.local[i];
-    err = copy_into(dest, t.owner(), src, n);
+    err = copy_into(dest, m.owner(), src, n);
   }
   if (err == ESRCH) return no_answer();  // the target process is gone
   if (err) {
     e.status = IBV_WC_LOC_PROT_ERR;
-    push_recv_completion(t, e, true);
+    push_recv_completion(m, e, true);
     return responder_error(t, IBV_WC_REM_OP_ERR, IBV_EVENT_QP_FATAL);
   }
   if (r.opcode == IBV_WR_SEND_WITH_INV) {
     // The window the sender names must be a type 2 one bound through this QP.
-    if (!invalidate_window(r.rkey, t.owner(), t.qp->pd_id, t.qpn)) {
+    if (!invalidate_window(r.rkey, m.owner(), m.qp->pd_id, t.qpn)) {
       e.status = IBV_WC_LOC_QP_OP_ERR;
-      push_recv_completion(t, e, true);
+      push_recv_completion(m, e, true);
       return responder_error(t, IBV_WC_REM_INV_REQ_ERR, IBV_EVENT_QP_REQ_ERR);
     }
     e.imm_data = r.rkey;  // ibv_wc's invalidated_rkey shares imm_data's place
@@ -191,56 +195,56 @@ ResponderReply deliver_to_receive(TargetQp& t, const InboundRequest& r) {
     e.wc_flags |= IBV_WC_GRH;
     e.sl = ipv4_mapped(r.src_gid) ? kNetworkIpv4 : kNetworkIpv6;
   }
-  push_recv_completion(t, e, r.solicited);
+  push_recv_completion(m, e, r.solicited);
   return done(IBV_WC_SUCCESS);
 }
 
-ResponderReply rdma_write(TargetQp& t, const InboundRequest& r) {
+ResponderReply rdma_write(TargetQp& t, const Landing& m, const InboundRequest& r) {
   if (r.length == 0) return done(IBV_WC_SUCCESS);  // zero-length: no key is checked
   PinnedRanges remote;
-  ResponderReply a = check_remote_access(t, r, IBV_ACCESS_REMOTE_WRITE, remote);
+  ResponderReply a = check_remote_access(t, m, r, IBV_ACCESS_REMOTE_WRITE, remote);
   if (a.status != IBV_WC_SUCCESS) return a;
-  int err = copy_into(remote, t.owner(), r.local, r.local_count);
+  int err = copy_into(remote, m.owner(), r.local, r.local_count);
   if (err == ESRCH) return no_answer();
   return err ? responder_error(t, IBV_WC_REM_ACCESS_ERR, IBV_EVENT_QP_ACCESS_ERR)
              : done(IBV_WC_SUCCESS);
 }
 
-ResponderReply rdma_read(TargetQp& t, const InboundRequest& r) {
+ResponderReply rdma_read(TargetQp& t, const Landing& m, const InboundRequest& r) {
   if (r.length == 0) return done(IBV_WC_SUCCESS);
   PinnedRanges remote;
-  ResponderReply a = check_remote_access(t, r, IBV_ACCESS_REMOTE_READ, remote);
+  ResponderReply a = check_remote_access(t, m, r, IBV_ACCESS_REMOTE_READ, remote);
   if (a.status != IBV_WC_SUCCESS) return a;
-  int err = copy_out_of(remote, t.owner(), r.local, r.local_count);
+  int err = copy_out_of(remote, m.owner(), r.local, r.local_count);
   if (err == ESRCH) return no_answer();
   return err ? responder_error(t, IBV_WC_REM_ACCESS_ERR, IBV_EVENT_QP_ACCESS_ERR)
              : done(IBV_WC_SUCCESS);
 }
 
 // An atomic's 8-byte target: aligned, and inside a region with `access`.
-ResponderReply check_atomic_target(TargetQp& t, const InboundRequest& r, uint32_t access,
-                                   PinnedRanges& remote) {
+ResponderReply check_atomic_target(TargetQp& t, const Landing& m, const InboundRequest& r,
+                                   uint32_t access, PinnedRanges& remote) {
   if (r.length != sizeof(uint64_t) || r.remote_addr % sizeof(uint64_t))
     return responder_error(t, IBV_WC_REM_INV_REQ_ERR, IBV_EVENT_QP_REQ_ERR);
-  return check_remote_access(t, r, access, remote);
+  return check_remote_access(t, m, r, access, remote);
 }
 
 // IBV_ATOMIC_HCA: every atomic on this host to this word goes through this lock.
-ProcessLock& word_lock(const TargetQp& t, const PinnedRanges& remote) {
-  return Registry::instance().atomic_lock(t.owner().pid,
+ProcessLock& word_lock(const Landing& m, const PinnedRanges& remote) {
+  return Registry::instance().atomic_lock(m.owner().pid,
                                           reinterpret_cast<uint64_t>(remote.iov()[0].iov_base));
 }
 
-ResponderReply atomic(TargetQp& t, const InboundRequest& r) {
+ResponderReply atomic(TargetQp& t, const Landing& m, const InboundRequest& r) {
   PinnedRanges remote;
-  ResponderReply a = check_atomic_target(t, r, IBV_ACCESS_REMOTE_ATOMIC, remote);
+  ResponderReply a = check_atomic_target(t, m, r, IBV_ACCESS_REMOTE_ATOMIC, remote);
   if (a.status != IBV_WC_SUCCESS) return a;
   uint64_t original = 0;
   int err = 0;
   {
-    ProcessLockGuard guard(word_lock(t, remote));
+    ProcessLockGuard guard(word_lock(m, remote));
     iovec mine{&original, sizeof original};
-    err = copy_out_of(remote, t.owner(), &mine, 1);
+    err = copy_out_of(remote, m.owner(), &mine, 1);
     if (!err) {
       uint64_t updated = original;
       if (r.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)
@@ -248,7 +252,7 @@ ResponderReply atomic(TargetQp& t, const InboundRequest& r) {
       else if (original == r.compare_add)
         updated = r.swap;
       iovec next{&updated, sizeof updated};
-      if (updated != original) err = copy_into(remote, t.owner(), &next, 1);
+      if (updated != original) err = copy_into(remote, m.owner(), &next, 1);
     }
   }
   if (err == ESRCH) return no_answer();
@@ -260,18 +264,54 @@ ResponderReply atomic(TargetQp& t, const InboundRequest& r) {
 }
 
 // ATOMIC WRITE: the 8 bytes land as one store, ordered with the host's other atomics.
-ResponderReply atomic_write(TargetQp& t, const InboundRequest& r) {
+ResponderReply atomic_write(TargetQp& t, const Landing& m, const InboundRequest& r) {
   PinnedRanges remote;
-  ResponderReply a = check_atomic_target(t, r, IBV_ACCESS_REMOTE_WRITE, remote);
+  ResponderReply a = check_atomic_target(t, m, r, IBV_ACCESS_REMOTE_WRITE, remote);
   if (a.status != IBV_WC_SUCCESS) return a;
   int err = 0;
   {
-    ProcessLockGuard guard(word_lock(t, remote));
-    err = copy_into(remote, t.owner(), r.local, r.local_count);
+    ProcessLockGuard guard(word_lock(m, remote));
+    err = copy_into(remote, m.owner(), r.local, r.local_count);
   }
   if (err == ESRCH) return no_answer();
   return err ? responder_error(t, IBV_WC_REM_ACCESS_ERR, IBV_EVENT_QP_ACCESS_ERR)
              : done(IBV_WC_SUCCESS);
+}
+
+// Carries out a request that QP `t` accepted (state, peer and opcode checked).
+ResponderReply execute(TargetQp& t, const Landing& m, const InboundRequest& r) {
+  switch (r.opcode) {
+    case IBV_WR_SEND:
+    case IBV_WR_SEND_WITH_IMM:
+    case IBV_WR_SEND_WITH_INV:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+      return deliver_to_receive(t, m, r);
+    case IBV_WR_RDMA_WRITE:
+      return rdma_write(t, m, r);
+    case IBV_WR_RDMA_READ:
+      return rdma_read(t, m, r);
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      return atomic(t, m, r);
+    case IBV_WR_ATOMIC_WRITE:
+      return atomic_write(t, m, r);
+    default:
+      return responder_error(t, IBV_WC_REM_INV_REQ_ERR, IBV_EVENT_QP_REQ_ERR);
+  }
+}
+
+// An XRC target QP has no queues and no protection domain of its own: the request goes into
+// the XRC SRQ it names, which must be of the target's XRC domain (else the request is
+// invalid, as an XRC domain violation is on a NIC), and uses that SRQ's PD and CQ.
+ResponderReply execute_through_srq(TargetQp& t, const InboundRequest& r) {
+  TargetQp srq;
+  if (!resolve_local_qp(r.xrc_srqn, srq) || srq.qp->qp_type != kXrcSrqEntry ||
+      srq.qp->xrcd_id != t.qp->xrcd_id)
+    return responder_error(t, IBV_WC_REM_INV_REQ_ERR, IBV_EVENT_QP_REQ_ERR);
+  TargetHold hold(srq);
+  if (!hold.ok() || !srq.arena->owner_alive())
+    return responder_error(t, IBV_WC_REM_INV_REQ_ERR, IBV_EVENT_QP_REQ_ERR);
+  return execute(t, srq, r);
 }
 
 }  // namespace
@@ -302,40 +342,25 @@ ResponderReply respond(TargetQp& t, const InboundRequest& r) {
   TargetHold hold(t);
   // A dead process answers nothing, whatever of its memory is still mapped here. An
   // unreliable message to it is lost at once: the sender never waits on it.
-  const ResponderReply lost = r.qp_type == IBV_QPT_RC ? no_answer() : dropped();
+  const ResponderReply lost = is_reliable(r.qp_type) ? no_answer() : dropped();
   if (!hold.ok() || !t.arena->owner_alive()) return lost;
   QpShared* qp = t.qp;
-  if (qp->qp_type != static_cast<uint32_t>(r.qp_type)) return lost;
+  if (qp->qp_type != static_cast<uint32_t>(responder_type(r.qp_type))) return lost;
   if (!receiving(qp->state.load(std::memory_order_acquire))) return lost;
   if (r.qp_type == IBV_QPT_UD) {
     if (r.qkey != qp->qkey) return dropped();
-    return deliver_to_receive(t, r);
+    return deliver_to_receive(t, t, r);
   }
   if (qp->dest_qpn != r.src_qpn) return lost;  // not the connected peer
   if (!opcode_allowed(r.qp_type, r.opcode))
     return responder_error(t, IBV_WC_REM_INV_REQ_ERR, IBV_EVENT_QP_REQ_ERR);
-  switch (r.opcode) {
-    case IBV_WR_SEND:
-    case IBV_WR_SEND_WITH_IMM:
-    case IBV_WR_SEND_WITH_INV:
-    case IBV_WR_RDMA_WRITE_WITH_IMM:
-      return deliver_to_receive(t, r);
-    case IBV_WR_RDMA_WRITE:
-      return rdma_write(t, r);
-    case IBV_WR_RDMA_READ:
-      return rdma_read(t, r);
-    case IBV_WR_ATOMIC_CMP_AND_SWP:
-    case IBV_WR_ATOMIC_FETCH_AND_ADD:
-      return atomic(t, r);
-    case IBV_WR_ATOMIC_WRITE:
-      return atomic_write(t, r);
-    default:
-      return responder_error(t, IBV_WC_REM_INV_REQ_ERR, IBV_EVENT_QP_REQ_ERR);
-  }
+  if (qp->qp_type == IBV_QPT_XRC_RECV) return execute_through_srq(t, r);
+  return execute(t, t, r);
 }
 
 void flush_receive_queue(PeerArena& owner, QpShared* qp) {
-  if (qp->uses_srq) return;  // an SRQ outlives its QPs: nothing of it is flushed
+  // An SRQ outlives its QPs: nothing of it is flushed. XRC_SEND QPs have no receive queue.
+  if (qp->uses_srq || !qp->recv_queue_offset) return;
   auto* rq = owner.at<RecvQueueShared>(qp->recv_queue_offset);
   auto* cq = owner.at<CqShared>(qp->recv_cq_offset);
   ProcessLockGuard guard(rq->lock);

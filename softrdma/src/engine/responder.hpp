@@ -46,6 +46,7 @@ struct InboundRequest {
   uint64_t compare_add = 0;
   uint64_t swap = 0;
   uint32_t qkey = 0;
+  uint32_t xrc_srqn = 0;  // XRC: the SRQ that takes the request on the target
   // Payload to deliver (SEND, WRITE) or where to put the result (READ, atomics), in the
   // process running the responder.
   const iovec* local = nullptr;

@@ -80,10 +80,15 @@ struct RecvQueueShared {
   }
 };
 
+/// QpShared::qp_type of an XRC SRQ's entry in the QP table: the number that
+/// ibv_get_srq_num gives names it there, so a responder on the host finds its queue.
+inline constexpr uint32_t kXrcSrqEntry = 0x1000;
+static_assert(kXrcSrqEntry > IBV_QPT_DRIVER, "never an ibv_qp_type");
+
 struct QpShared {
   std::atomic<uint32_t> state;  // enum ibv_qp_state
   std::atomic<uint32_t> access_flags;
-  uint32_t qp_type;
+  uint32_t qp_type;  // enum ibv_qp_type, or kXrcSrqEntry
   uint32_t qpn;
   uint32_t pd_id;
   uint32_t qkey;
@@ -100,6 +105,9 @@ struct QpShared {
   // TCP transport: one past the last PSN of the peer's requests this QP executed, so the
   // QP's own requests can carry the acknowledgement (see wire::Request::acked_psn_end).
   std::atomic<uint32_t> peer_psn_end;
+  // XRC_RECV QPs and XRC SRQs: their XRC domain; a request goes only into an SRQ of its
+  // target QP's domain.
+  uint64_t xrcd_id;
 };
 
 struct AsyncEntry {

@@ -19,6 +19,10 @@ void install_context_ops(verbs_context& vctx) {
   vctx.dealloc_td = dealloc_td;
   vctx.alloc_parent_domain = alloc_parent_domain;
   vctx.create_cq_ex = create_cq_ex;
+  vctx.open_xrcd = open_xrcd;
+  vctx.close_xrcd = close_xrcd;
+  vctx.create_srq_ex = create_srq_ex;
+  vctx.get_srq_num = get_srq_num;
 }
 
 }  // namespace softrdma

@@ -66,7 +66,7 @@ void fill_device_attr(ibv_device_attr& a) {
   a.max_qp_wr = limits::kMaxQpWr;
   a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SYS_IMAGE_GUID |
                        IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_MEM_WINDOW |
-                       IBV_DEVICE_MEM_WINDOW_TYPE_2B;
+                       IBV_DEVICE_MEM_WINDOW_TYPE_2B | IBV_DEVICE_XRC;
   a.max_sge = limits::kMaxSge;
   a.max_sge_rd = limits::kMaxSge;
   a.max_cq = 16384;
@@ -136,6 +136,7 @@ int query_device_ex_op(ibv_context*, const ibv_query_device_ex_input* input,
                                                  IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_SRQ_RECV;
   full.odp_caps.per_transport_caps.ud_odp_caps =
       IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV;
+  full.xrc_odp_caps = kAllOps;
   std::memset(attr, 0, attr_size);
   std::memcpy(attr, &full, std::min(attr_size, sizeof full));
   return 0;

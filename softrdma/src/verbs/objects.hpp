@@ -87,6 +87,15 @@ struct Channel {
   std::vector<Cq*> cqs;
 };
 
+/// An XRC domain. Processes that open one through the same file share it: its identity is
+/// the file's (verbs/xrc.cpp).
+struct Xrcd {
+  ibv_xrcd xrcd;
+  uint64_t id = 0;
+  int share_fd = -1;               // a domain of a file: this process's hold on it
+  std::atomic<uint32_t> users{0};  // XRC SRQs and XRC_RECV QPs in it
+};
+
 struct Srq {
   ibv_srq srq;
   uint64_t offset = 0;
@@ -94,6 +103,12 @@ struct Srq {
   uint32_t max_wr = 0;
   uint32_t max_sge = 0;
   std::atomic<uint32_t> users{0};
+  // XRC SRQ: its domain, its completion queue, and its entry in the host's QP table, whose
+  // number is the SRQ number (ibv_get_srq_num).
+  Xrcd* xrcd = nullptr;
+  Cq* cq = nullptr;
+  uint64_t entry_offset = 0;
+  uint32_t srq_num = 0;
 };
 
 struct Ah {
@@ -120,7 +135,8 @@ struct SendWork {
   uint32_t remote_qpn = 0;
   uint32_t remote_qkey = 0;
   Gid dgid{};
-  uint64_t seq = 0;  // position in the send queue, for retirement
+  uint32_t xrc_srqn = 0;  // XRC_SEND: the SRQ on the target that takes it
+  uint64_t seq = 0;       // position in the send queue, for retirement
   // Retry state of the transport
   uint32_t rnr_attempts = 0;
   std::chrono::steady_clock::time_point next_attempt{};
@@ -157,6 +173,7 @@ struct Qp {
   ibv_qp_cap cap{};
   bool sq_sig_all = false;
   uint32_t pd_id = 0;
+  Xrcd* xrcd = nullptr;  // XRC_RECV: its domain (it has no PD, CQs or queues of its own)
 
   // Attributes kept for ibv_query_qp and the transport.
   std::mutex attr_mutex;
@@ -193,6 +210,9 @@ inline Cq* to_cq(ibv_cq* c) {
 }
 inline Channel* to_channel(ibv_comp_channel* c) {
   return reinterpret_cast<Channel*>(c);
+}
+inline Xrcd* to_xrcd(ibv_xrcd* x) {
+  return reinterpret_cast<Xrcd*>(x);
 }
 inline Srq* to_srq(ibv_srq* s) {
   return reinterpret_cast<Srq*>(s);

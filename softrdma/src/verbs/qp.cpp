@@ -15,9 +15,23 @@ using namespace softrdma;
 
 namespace {
 
+// An XRC_RECV QP only takes requests into its domain's SRQs: no PD, CQs or queues. An
+// XRC_SEND QP only sends: no receive side.
+int check_objects(const ibv_qp_init_attr_ex& a) {
+  const bool has_xrcd = a.xrcd != nullptr;
+  if (a.qp_type == IBV_QPT_XRC_RECV) return has_xrcd ? 0 : EINVAL;
+  if (has_xrcd || !a.send_cq || !a.pd) return EINVAL;
+  if (a.qp_type == IBV_QPT_XRC_SEND) return a.srq ? EINVAL : 0;
+  return a.recv_cq ? 0 : EINVAL;
+}
+
+bool has_own_receive_queue(const ibv_qp_init_attr_ex& a) {
+  return !a.srq && a.qp_type != IBV_QPT_XRC_SEND && a.qp_type != IBV_QPT_XRC_RECV;
+}
+
 int check_caps(const ibv_qp_init_attr_ex& a) {
   if (!supported_qp_type(a.qp_type)) return EOPNOTSUPP;
-  if (!a.send_cq || !a.recv_cq || !a.pd) return EINVAL;
+  if (int err = check_objects(a)) return err;
   const ibv_qp_cap& c = a.cap;
   if (c.max_send_wr > static_cast<uint32_t>(limits::kMaxQpWr) ||
       c.max_recv_wr > static_cast<uint32_t>(limits::kMaxQpWr) ||
@@ -47,7 +61,7 @@ ibv_qp* create_qp(ibv_context* context, ibv_qp_init_attr_ex& a) {
   }
   q->ctx = to_ctx(context);
   q->offset = arena.allocate(sizeof(QpShared));
-  if (!a.srq) {
+  if (has_own_receive_queue(a)) {
     const uint32_t depth = std::max<uint32_t>(a.cap.max_recv_wr, 1);
     const uint32_t sges = std::max<uint32_t>(a.cap.max_recv_sge, 1);
     q->rq_offset = arena.allocate(recv_queue_bytes(depth, sges));
@@ -57,8 +71,9 @@ ibv_qp* create_qp(ibv_context* context, ibv_qp_init_attr_ex& a) {
       q->rq->pd_id = to_pd(a.pd)->id;
     }
   }
-  const uint32_t qpn =
-      q->offset && (a.srq || q->rq) ? Registry::instance().claim_qpn(q->offset, arena.fd()) : 0;
+  const uint32_t qpn = q->offset && (q->rq || !has_own_receive_queue(a))
+                           ? Registry::instance().claim_qpn(q->offset, arena.fd())
+                           : 0;
   if (!qpn) {
     release_blocks(q);
     delete q;
@@ -70,16 +85,18 @@ ibv_qp* create_qp(ibv_context* context, ibv_qp_init_attr_ex& a) {
   s.state.store(IBV_QPS_RESET);
   s.qp_type = a.qp_type;
   s.qpn = qpn;
-  s.pd_id = to_pd(a.pd)->id;
+  s.pd_id = a.pd ? to_pd(a.pd)->id : 0;
   s.port_num = limits::kPortNum;
   s.recv_queue_offset = a.srq ? to_srq(a.srq)->offset : q->rq_offset;
-  s.uses_srq = a.srq != nullptr;
-  s.recv_cq_offset = to_cq(a.recv_cq)->offset;
+  s.uses_srq = a.srq != nullptr || a.qp_type == IBV_QPT_XRC_RECV;  // into its domain's SRQs
+  s.recv_cq_offset = a.recv_cq ? to_cq(a.recv_cq)->offset : 0;
+  q->xrcd = a.qp_type == IBV_QPT_XRC_RECV ? to_xrcd(a.xrcd) : nullptr;
+  s.xrcd_id = q->xrcd ? q->xrcd->id : 0;
   s.context_offset = q->ctx->shared_offset;
   s.owner_handle = reinterpret_cast<uint64_t>(&q->qpx.qp_base);
 
-  q->send_cq = to_cq(a.send_cq);
-  q->recv_cq = to_cq(a.recv_cq);
+  q->send_cq = a.send_cq ? to_cq(a.send_cq) : nullptr;
+  q->recv_cq = a.recv_cq ? to_cq(a.recv_cq) : nullptr;
   q->srq = a.srq ? to_srq(a.srq) : nullptr;
   // As NICs do, report what the QP really supports: at least what was asked for.
   a.cap.max_inline_data = limits::kMaxInline;
@@ -103,10 +120,11 @@ ibv_qp* create_qp(ibv_context* context, ibv_qp_init_attr_ex& a) {
   pthread_mutex_init(&base.mutex, nullptr);
   pthread_cond_init(&base.cond, nullptr);
 
-  q->send_cq->users.fetch_add(1);
-  q->recv_cq->users.fetch_add(1);
+  if (q->send_cq) q->send_cq->users.fetch_add(1);
+  if (q->recv_cq) q->recv_cq->users.fetch_add(1);
   if (q->srq) q->srq->users.fetch_add(1);
-  to_pd(a.pd)->users.fetch_add(1);
+  if (a.pd) to_pd(a.pd)->users.fetch_add(1);
+  if (q->xrcd) q->xrcd->users.fetch_add(1);
   local_qp_set(qpn, q);
   return &base;
 }
@@ -116,17 +134,24 @@ ibv_qp* create_qp(ibv_context* context, ibv_qp_init_attr_ex& a) {
 namespace softrdma {
 
 ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
-  constexpr uint32_t kSupportedMask =
-      IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  constexpr uint32_t kSupportedMask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD |
+                                      IBV_QP_INIT_ATTR_CREATE_FLAGS |
+                                      IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
   const bool send_ops = attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
   if ((attr->comp_mask & ~kSupportedMask) ||
       ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr->create_flags) ||
       (send_ops && (attr->send_ops_flags & ~supported_send_ops(attr->qp_type)))) {
-    errno = EOPNOTSUPP;  // XRC, creation flags, and send operations the QP type lacks
+    errno = EOPNOTSUPP;  // creation flags, and send operations the QP type lacks
     return nullptr;
   }
-  ibv_qp* qp = create_qp(context, *attr);
-  if (qp && send_ops) install_qp_ex_send_ops(*to_qp(qp));
+  // The PD and the XRC domain are given only when comp_mask says so.
+  ibv_qp_init_attr_ex a = *attr;
+  if (!(a.comp_mask & IBV_QP_INIT_ATTR_PD)) a.pd = nullptr;
+  if (!(a.comp_mask & IBV_QP_INIT_ATTR_XRCD)) a.xrcd = nullptr;
+  ibv_qp* qp = create_qp(context, a);
+  if (!qp) return nullptr;
+  attr->cap = a.cap;
+  if (send_ops) install_qp_ex_send_ops(*to_qp(qp));
   return qp;
 }
 
@@ -185,10 +210,11 @@ SOFTRDMA_EXPORT int ibv_destroy_qp(ibv_qp* qp) {
   detach_all_groups(*q);
   q->shared->state.store(IBV_QPS_RESET);
   Registry::instance().release_qpn(qp->qp_num);  // waits for peers inside the QP
-  q->send_cq->users.fetch_sub(1);
-  q->recv_cq->users.fetch_sub(1);
+  if (q->send_cq) q->send_cq->users.fetch_sub(1);
+  if (q->recv_cq) q->recv_cq->users.fetch_sub(1);
   if (q->srq) q->srq->users.fetch_sub(1);
-  to_pd(qp->pd)->users.fetch_sub(1);
+  if (qp->pd) to_pd(qp->pd)->users.fetch_sub(1);
+  if (q->xrcd) q->xrcd->users.fetch_sub(1);
   release_blocks(q);
   delete q;
   return 0;

@@ -132,6 +132,10 @@ void wr_set_ud_addr(ibv_qp_ex* qpx, ibv_ah* ah, uint32_t remote_qpn, uint32_t re
   e->wr.wr.ud.remote_qkey = remote_qkey;
 }
 
+void wr_set_xrc_srqn(ibv_qp_ex* qpx, uint32_t remote_srqn) {
+  if (WrBatch::Entry* e = current(qpx)) e->wr.qp_type.xrc.remote_srqn = remote_srqn;
+}
+
 void wr_set_sge_list(ibv_qp_ex* qpx, size_t num_sge, const ibv_sge* sg_list) {
   WrBatch::Entry* e = current(qpx);
   if (!e) return;
@@ -255,6 +259,7 @@ void install_qp_ex_send_ops(Qp& q) {
   x.wr_set_inline_data = wr_set_inline_data;
   x.wr_set_inline_data_list = wr_set_inline_data_list;
   const ibv_qp_type type = q.qpx.qp_base.qp_type;
+  if (type == IBV_QPT_XRC_SEND) x.wr_set_xrc_srqn = wr_set_xrc_srqn;
   if (opcode_allowed(type, IBV_WR_RDMA_WRITE)) {
     x.wr_rdma_write = wr_rdma_write;
     x.wr_rdma_write_imm = wr_rdma_write_imm;

@@ -86,14 +86,21 @@ constexpr Rule rule(ibv_qp_state from, ibv_qp_state to) {
 
 // Attributes of the reliable service only (acknowledgements, retries, RDMA READ and atomic
 // depths): UC takes RC's masks without them, and refuses them as the kernel does.
-constexpr int kReliableOnly = IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER | IBV_QP_TIMEOUT |
-                              IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+constexpr int kResponderOnly = IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+constexpr int kRequesterOnly = IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+constexpr int kReliableOnly = kResponderOnly | kRequesterOnly | IBV_QP_TIMEOUT;
 
 // The attributes a transition of a QP of `type` requires and allows; required < 0: the
 // transition is not allowed for that type.
 std::pair<int, int> masks_for(ibv_qp_type type, const Rule& r, ibv_qp_state from) {
   if (type == IBV_QPT_UD) return {r.ud_required, r.ud_optional};
   if (type == IBV_QPT_RC) return {r.rc_required, r.rc_optional};
+  // Each half of XRC needs RC's attributes of its own side only; the other side's are
+  // accepted and have no effect.
+  if (type == IBV_QPT_XRC_SEND || type == IBV_QPT_XRC_RECV) {
+    const int other_side = type == IBV_QPT_XRC_SEND ? kResponderOnly : kRequesterOnly;
+    return {r.rc_required & ~other_side, r.rc_optional | (r.rc_required & other_side)};
+  }
   // UC, like UD, may leave SQE for RTS (a send error does not fail the whole QP).
   if (from == IBV_QPS_SQE && r.rc_required < 0) return {0, IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS};
   return {r.rc_required & ~kReliableOnly, r.rc_optional & ~kReliableOnly};

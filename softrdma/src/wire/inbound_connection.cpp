@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "common/log.hpp"
+#include "engine/qp_types.hpp"
 #include "engine/responder.hpp"
 #include "engine/transmit.hpp"
 #include "wire/protocol.hpp"
@@ -60,6 +61,7 @@ InboundRequest to_inbound(const Request& h, const iovec* local, int count) {
   r.compare_add = h.compare_add;
   r.swap = h.swap;
   r.qkey = h.qkey;
+  r.xrc_srqn = h.xrc_srqn;
   r.local = local;
   r.local_count = count;
   r.length = h.length;
@@ -137,13 +139,14 @@ void InboundConnection::execute(const Request& h, const char* payload) {
   resp.kind = Kind::kResponse;
   resp.src_qpn = h.src_qpn;
   resp.psn = h.psn;
-  const bool rc = h.qp_type == IBV_QPT_RC;
+  const bool rc = h.qp_type == IBV_QPT_RC;  // carries acknowledgements for its peer's requests
+  const bool reliable = is_reliable(static_cast<ibv_qp_type>(h.qp_type));
   const uint64_t key = (uint64_t{h.src_qpn} << 32) | h.dest_qpn;
   auto expected = expected_psn_.find(key);
   uint64_t result_len = 0;
   // Acknowledgements the peer's QP carries for our QP come first, as on the wire.
   if (rc && h.acked_psn_end) apply_implied_acks(h.dest_qpn, h.acked_psn_end);
-  if (rc && expected != expected_psn_.end() && expected->second != h.psn) {
+  if (reliable && expected != expected_psn_.end() && expected->second != h.psn) {
     resp.reply = Reply::kOutOfSequence;
   } else {
     iovec local{};
@@ -161,7 +164,8 @@ void InboundConnection::execute(const Request& h, const char* payload) {
     resp.reply = to_reply(reply.kind);
     resp.status = reply.status;
     resp.rnr_timer = reply.rnr_timer;
-    if (rc) expected_psn_[key] = reply.kind == ResponderReply::Kind::kDone ? h.psn + 1 : h.psn;
+    if (reliable)
+      expected_psn_[key] = reply.kind == ResponderReply::Kind::kDone ? h.psn + 1 : h.psn;
     if (rc && reply.kind == ResponderReply::Kind::kDone && target.qp)
       target.qp->peer_psn_end.store(h.psn + 1, std::memory_order_release);
     if (resp.reply != Reply::kDone || resp.status != IBV_WC_SUCCESS) result_len = 0;

@@ -45,6 +45,7 @@ bool valid(const Request& r) {
     return false;
   if (r.length > limits::kMaxMsgSize) return false;
   if (r.flags & ~(kSolicited | kHasImm)) return false;
+  if (r.xrc_srqn && r.qp_type != IBV_QPT_XRC_SEND) return false;
   return r.payload_len == (carries_payload(r.opcode) ? r.length : 0);
 }
 

@@ -47,7 +47,7 @@ struct Request {
   // RC: the sender's QP has executed the receiver's requests below this PSN (0: none yet).
   // On a NIC those ACKs precede this request on the wire; the receiver applies them first.
   uint32_t acked_psn_end;
-  uint32_t pad;
+  uint32_t xrc_srqn;  // XRC: the SRQ of the target QP's domain that takes the request
 };
 static_assert(sizeof(Request) == 112, "the wire format is fixed");
 
