@@ -53,6 +53,8 @@ INSTANTIATE_TEST_SUITE_P(
                       same_program("srq_default", "ibv_srq_pingpong -g 0 -c"),
                       same_program("srq_1MiB", "ibv_srq_pingpong -g 0 -c -s 1048576 -n 20"),
                       same_program("srq_events", "ibv_srq_pingpong -g 0 -c -e -q 4"),
+                      same_program("xrc_srq", "ibv_xsrq_pingpong -g 0 -n 100"),
+                      same_program("xrc_srq_events", "ibv_xsrq_pingpong -g 0 -e -s 65536 -n 50"),
                       same_program("uc_4KiB", "ibv_uc_pingpong -g 0 -c -s 4096"),
                       same_program("uc_events", "ibv_uc_pingpong -g 0 -c -e -s 65536")),
     case_name);

@@ -38,6 +38,7 @@ INSTANTIATE_TEST_SUITE_P(
                       same_program("ud_1B", "ibv_ud_pingpong -g 0 -c -s 1 -n 200"),
                       same_program("ud_mtu_events", "ibv_ud_pingpong -g 0 -c -e -s 4096 -n 200"),
                       same_program("srq", "ibv_srq_pingpong -g 0 -c -n 200"),
+                      same_program("xrc_srq", "ibv_xsrq_pingpong -g 0 -s 65536 -n 100"),
                       same_program("uc_4KiB", "ibv_uc_pingpong -g 0 -c -s 4096 -n 200")),
     case_name);
 

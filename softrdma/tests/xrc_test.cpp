@@ -356,7 +356,7 @@ TEST_P(XrcBadSrqNumber, FailsTheRequestAndTheTargetQp) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Srqn, XrcBadSrqNumber, ::testing::Values("none", "another_domain", "a_qp"),
-                         [](const auto& info) { return std::string(info.param); });
+                         [](const auto& param_info) { return std::string(param_info.param); });
 
 // The domain of a file is shared: an SRQ that another process created in it takes the
 // requests that this process's XRC_RECV QP receives, into that process's memory.
