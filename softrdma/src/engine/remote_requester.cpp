@@ -60,6 +60,7 @@ void go_back(Qp& qp, SendWork&& w) {
   again.push_back(std::move(w));
   for (SendWork& later : qp.inflight) {
     later.next_attempt = again.front().next_attempt;
+    later.give_up = Clock::time_point{};  // its ACK timer starts again when it is resent
     again.push_back(std::move(later));
   }
   qp.inflight.clear();
@@ -175,8 +176,12 @@ void answer_received(Qp* qp, Link& link, const Response& r, std::vector<char>& p
         complete(*qp, w, IBV_WC_SUCCESS);
       }
       break;
+    // An RNR or a sequence NAK is an answer: as on a NIC, the retransmission starts the
+    // ACK timer afresh (only kNoAnswer uses up the retry budget), so a receiver that is
+    // slow to post receives costs RNR retries, never a transport retry error.
     case Reply::kRnr:
       failed = rnr_exhausted(*qp, w, r.rnr_timer, now);
+      w.give_up = Clock::time_point{};
       if (!failed) go_back(*qp, std::move(w));
       break;
     case Reply::kNoAnswer:
@@ -185,6 +190,7 @@ void answer_received(Qp* qp, Link& link, const Response& r, std::vector<char>& p
       break;
     case Reply::kOutOfSequence:
       w.next_attempt = now;
+      w.give_up = Clock::time_point{};
       go_back(*qp, std::move(w));
       break;
   }
