@@ -1,6 +1,5 @@
 // Shared receive queues: basic ones (ibv_create_srq) and XRC SRQs (ibv_create_srq_ex with
 // IBV_SRQT_XRC), which take the requests that an XRC_RECV QP of their domain receives.
-#include <atomic>
 #include <cerrno>
 
 #include "common/export.hpp"
@@ -25,14 +24,9 @@ bool publish_xrc_entry(Srq& s, uint32_t pd_id, const Context& ctx) {
   Arena& arena = Arena::self();
   s.entry_offset = arena.allocate(sizeof(QpShared));
   if (!s.entry_offset) return false;
-  // Zeroed before it is published: a responder takes it only once it carries its number.
+  // Filled before claim_qpn publishes it (a release store of the slot's state); the number
+  // comes last: a responder takes the entry only once it carries its number.
   auto* e = new (arena.at<QpShared>(s.entry_offset)) QpShared();
-  const uint32_t srqn = Registry::instance().claim_qpn(s.entry_offset, arena.fd());
-  if (!srqn) {
-    arena.free(s.entry_offset);
-    s.entry_offset = 0;
-    return false;
-  }
   e->qp_type = kXrcSrqEntry;
   e->pd_id = pd_id;
   e->recv_queue_offset = s.offset;
@@ -41,7 +35,12 @@ bool publish_xrc_entry(Srq& s, uint32_t pd_id, const Context& ctx) {
   e->owner_handle = reinterpret_cast<uint64_t>(&s.srq);
   e->uses_srq = 1;
   e->xrcd_id = s.xrcd->id;
-  std::atomic_thread_fence(std::memory_order_release);
+  const uint32_t srqn = Registry::instance().claim_qpn(s.entry_offset, arena.fd());
+  if (!srqn) {
+    arena.free(s.entry_offset);
+    s.entry_offset = 0;
+    return false;
+  }
   e->qpn = srqn;
   s.srq_num = srqn;
   return true;
