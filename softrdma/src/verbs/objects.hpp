@@ -88,7 +88,7 @@ struct Channel {
 };
 
 /// An XRC domain. Processes that open one through the same file share it: its identity is
-/// the file's (verbs/xrc.cpp).
+/// the file's (verbs/xrc_domain.cpp).
 struct Xrcd {
   ibv_xrcd xrcd;
   uint64_t id = 0;

@@ -90,14 +90,14 @@ ibv_qp* create_qp(ibv_context* context, ibv_qp_init_attr_ex& a) {
   s.recv_queue_offset = a.srq ? to_srq(a.srq)->offset : q->rq_offset;
   s.uses_srq = a.srq != nullptr || a.qp_type == IBV_QPT_XRC_RECV;  // into its domain's SRQs
   s.recv_cq_offset = a.recv_cq ? to_cq(a.recv_cq)->offset : 0;
-  q->xrcd = a.qp_type == IBV_QPT_XRC_RECV ? to_xrcd(a.xrcd) : nullptr;
+  q->xrcd = to_xrcd(a.xrcd);  // only an XRC_RECV QP has one (check_objects)
   s.xrcd_id = q->xrcd ? q->xrcd->id : 0;
   s.context_offset = q->ctx->shared_offset;
   s.owner_handle = reinterpret_cast<uint64_t>(&q->qpx.qp_base);
 
-  q->send_cq = a.send_cq ? to_cq(a.send_cq) : nullptr;
-  q->recv_cq = a.recv_cq ? to_cq(a.recv_cq) : nullptr;
-  q->srq = a.srq ? to_srq(a.srq) : nullptr;
+  q->send_cq = to_cq(a.send_cq);  // null where the QP type has none (check_objects)
+  q->recv_cq = to_cq(a.recv_cq);
+  q->srq = to_srq(a.srq);
   // As NICs do, report what the QP really supports: at least what was asked for.
   a.cap.max_inline_data = limits::kMaxInline;
   q->cap = a.cap;
