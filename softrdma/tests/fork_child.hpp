@@ -61,7 +61,9 @@ class Link {
 };
 
 /// A fork()ed child running `body` (its return value is the exit status). The destructor
-/// kills and reaps a child that was not waited for.
+/// kills and reaps a child that was not waited for. Fork before the parent connects QPs:
+/// connecting starts helper threads, and one that is starting while fork() runs can leave
+/// the sanitizers' allocator locked in the child (ASan's allocator takes no fork lock).
 class Child {
  public:
   template <typename Body>

@@ -361,8 +361,6 @@ INSTANTIATE_TEST_SUITE_P(Srqn, XrcBadSrqNumber, ::testing::Values("none", "anoth
 // The domain of a file is shared: an SRQ that another process created in it takes the
 // requests that this process's XRC_RECV QP receives, into that process's memory.
 TEST_F(XrcTest, SrqOfAnotherProcessInTheSameFileDomainTakesTheRequests) {
-  ibv_qp *send = nullptr, *recv = nullptr;
-  ASSERT_NO_FATAL_FAILURE(Connect(xrcd_.get(), &send, &recv));
   struct Announce {
     uint32_t srqn;
     uint32_t pad;
@@ -396,6 +394,9 @@ TEST_F(XrcTest, SrqOfAnotherProcessInTheSameFileDomainTakesTheRequests) {
     return 0;  // the process ends: its objects go with it
   });
   ASSERT_TRUE(child.started());
+  // Connected after the fork (see Child).
+  ibv_qp *send = nullptr, *recv = nullptr;
+  ASSERT_NO_FATAL_FAILURE(Connect(xrcd_.get(), &send, &recv));
   Announce a{};
   ASSERT_TRUE(link.receive(&a));
   ASSERT_NE(a.srqn, 0u);
