@@ -110,21 +110,36 @@ class TcpPathTest : public RcLoopbackTest {
   }
   uint32_t listening_qpn_ = 0;
 
-  // Sends a complete RDMA WRITE of 8 bytes of `byte` into `target` (of p_.b) over `s`, as
-  // request `psn` of p_.a's stream, and returns the responder's answer.
-  wire::Response write_over_tcp(int s, const Buffer& target, size_t at, char byte,
-                                uint32_t psn = 0) {
+  // Sends request `psn` of p_.a's stream to p_.b over `s`: `opcode` on `target` at `at`,
+  // with a payload of `length` bytes of `byte` when the opcode carries one. Returns the
+  // responder's answer; a READ's data or an atomic's original value goes to `*result`.
+  // (SEND and WRITE are the opcodes here that carry a payload.)
+  wire::Response request_over_tcp(int s, ibv_wr_opcode opcode, const Buffer& target, size_t at,
+                                  uint32_t psn, char byte = 0, uint64_t length = 8,
+                                  std::vector<char>* result = nullptr) {
     wire::Request h = valid_request(p_.b->qp_num);
+    h.opcode = opcode;
     h.src_qpn = p_.a->qp_num;
     h.psn = psn;
     h.rkey = target.mr->rkey;
     h.remote_addr = reinterpret_cast<uint64_t>(target.data()) + at;
-    const std::vector<char> payload(8, byte);
+    h.length = length;
+    h.payload_len = opcode == IBV_WR_SEND || opcode == IBV_WR_RDMA_WRITE ? length : 0;
+    h.compare_add = 1;  // fetch-and-add 1
+    const std::vector<char> payload(h.payload_len, byte);
     wire::Response r{};
     EXPECT_EQ(send(s, &h, sizeof h, 0), static_cast<ssize_t>(sizeof h));
-    EXPECT_EQ(send(s, payload.data(), payload.size(), 0), 8);
+    EXPECT_EQ(send(s, payload.data(), payload.size(), 0), static_cast<ssize_t>(payload.size()));
     EXPECT_TRUE(read_all(s, &r, sizeof r, kTimeout));
+    std::vector<char> data(r.payload_len);
+    EXPECT_TRUE(read_all(s, data.data(), data.size(), kTimeout));
+    if (result) *result = std::move(data);
     return r;
+  }
+  // An RDMA WRITE of 8 bytes of `byte` (see request_over_tcp).
+  wire::Response write_over_tcp(int s, const Buffer& target, size_t at, char byte,
+                                uint32_t psn = 0) {
+    return request_over_tcp(s, IBV_WR_RDMA_WRITE, target, at, psn, byte);
   }
 
   // This process's listener: that of its QP numbers (all in one range), after Listen() or
@@ -332,6 +347,70 @@ TEST_F(TcpPathTest, MalformedResponsesFailTheRequesterAfterItsRetryBudget) {
 // A batch of READs whose answers exceed what the responder lets pile up (8 MiB) arrives in
 // one piece: the requests held back behind the limit run once the answers drain, though
 // nothing more arrives on the socket, and every answer comes back in order with its data.
+// The sequence of a QP's requests is the QP's, not a connection's: when a connection is
+// lost with answers still in it, the requests resent on a new one run once. A duplicate is
+// answered again (a READ reads again, an atomic gives its first original value), an early
+// request is refused until the missing ones come, and the sequence goes on from there.
+TEST_F(TcpPathTest, RequestsResentOnANewConnectionRunOnceAndInOrder) {
+  ASSERT_NO_FATAL_FAILURE(ConnectPair());
+  Buffer target = NewBuffer(64, kRemoteAccess, 0);
+  Buffer received = NewBuffer(64, kRemoteAccess, 0);
+  ASSERT_EQ(post_recv(p_.b, 1, {received.sge()}), 0);
+  ASSERT_EQ(post_recv(p_.b, 2, {received.sge()}), 0);
+  std::vector<char> original;
+  const int lost = connect_to(own_port());
+  ASSERT_GE(lost, 0);
+  EXPECT_EQ(write_over_tcp(lost, target, 0, 'a', 0).reply, wire::Reply::kDone);
+  EXPECT_EQ(
+      request_over_tcp(lost, IBV_WR_ATOMIC_FETCH_AND_ADD, target, 8, 1, 0, 8, &original).reply,
+      wire::Reply::kDone);
+  EXPECT_EQ(request_over_tcp(lost, IBV_WR_SEND, target, 0, 2, 's').reply, wire::Reply::kDone);
+  EXPECT_TRUE(completed(poll_one(p_.cq_b), 1));
+  close(lost);
+
+  const int s = connect_to(own_port());
+  ASSERT_GE(s, 0);
+  EXPECT_EQ(write_over_tcp(s, target, 16, 'e', 4).reply, wire::Reply::kOutOfSequence);
+  EXPECT_TRUE(target.all(0, 16, 8)) << "an early request ran";
+  EXPECT_EQ(write_over_tcp(s, target, 0, 'z', 0).reply, wire::Reply::kDone);
+  EXPECT_TRUE(target.all('a', 0, 8)) << "a resent WRITE ran twice";
+  std::vector<char> again;
+  wire::Response r = request_over_tcp(s, IBV_WR_ATOMIC_FETCH_AND_ADD, target, 8, 1, 0, 8, &again);
+  EXPECT_EQ(r.reply, wire::Reply::kDone);
+  EXPECT_EQ(r.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(again, original) << "a resent atomic gave another original value";
+  uint64_t word = 0;
+  std::memcpy(&word, target.data() + 8, sizeof word);
+  EXPECT_EQ(word, 1u) << "a resent atomic ran twice";
+  EXPECT_EQ(request_over_tcp(s, IBV_WR_SEND, target, 0, 2, 's').reply, wire::Reply::kDone);
+  ibv_wc wc{};
+  EXPECT_FALSE(poll_wc(p_.cq_b, Millis{100}, &wc)) << "a resent SEND took a second receive";
+  std::vector<char> read;
+  r = request_over_tcp(s, IBV_WR_RDMA_READ, target, 0, 3, 0, 8, &read);
+  EXPECT_EQ(r.reply, wire::Reply::kDone);
+  EXPECT_EQ(read, std::vector<char>(8, 'a'));
+  EXPECT_EQ(write_over_tcp(s, target, 16, 'e', 4).reply, wire::Reply::kDone);
+  EXPECT_TRUE(target.all('e', 16, 8));
+  close(s);
+}
+
+// After RESET the sequence starts again from the first request.
+TEST_F(TcpPathTest, SequenceStartsAgainAfterTheQpIsReset) {
+  ASSERT_NO_FATAL_FAILURE(ConnectPair());
+  Buffer target = NewBuffer(64, kRemoteAccess, 0);
+  const int s = connect_to(own_port());
+  ASSERT_GE(s, 0);
+  EXPECT_EQ(write_over_tcp(s, target, 0, 'a', 7).reply, wire::Reply::kDone);
+  ibv_qp_attr reset{};
+  reset.qp_state = IBV_QPS_RESET;
+  ASSERT_EQ(ibv_modify_qp(p_.b, &reset, IBV_QP_STATE), 0);
+  ASSERT_EQ(rc_to_init(p_.b, kRemoteAccess), 0);
+  ASSERT_EQ(rc_to_rtr(p_.b, p_.a->qp_num, gid0(), RcParams{}), 0);
+  EXPECT_EQ(write_over_tcp(s, target, 8, 'b', 0).reply, wire::Reply::kDone);
+  EXPECT_TRUE(target.all('b', 8, 8)) << "the first request after RESET was not taken";
+  close(s);
+}
+
 TEST_F(TcpPathTest, ReadsBeyondTheOutputLimitAreAllAnsweredInOrder) {
   constexpr size_t kReadSize = size_t{512} << 10;
   constexpr uint32_t kReads = 48;  // 24 MiB of answers: more than the socket buffers hold
@@ -421,11 +500,11 @@ TEST_F(TcpPathTest, OutOfDescriptorsTheOldestSilentConnectionMakesRoom) {
     ASSERT_TRUE(exhausted.ok());
     const int s = connect_socket(reserved, port);
     ASSERT_GE(s, 0);
-    EXPECT_EQ(write_over_tcp(s, target, 0, '\x33').reply, wire::Reply::kDone);
+    EXPECT_EQ(write_over_tcp(s, target, 0, '\x33', 1).reply, wire::Reply::kDone);
     EXPECT_TRUE(target.all(0x33, 0, 8));
     EXPECT_TRUE(closed_by_peer(silent)) << "the silent connection was not closed";
   }
-  EXPECT_EQ(write_over_tcp(talking, target, 16, '\x44', 1).reply, wire::Reply::kDone);
+  EXPECT_EQ(write_over_tcp(talking, target, 16, '\x44', 2).reply, wire::Reply::kDone);
   close(reserved);
   close(talking);
   close(silent);

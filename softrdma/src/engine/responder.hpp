@@ -8,6 +8,7 @@
 #include <sys/uio.h>
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "common/process_identity.hpp"
 #include "engine/arena.hpp"
@@ -66,6 +67,18 @@ struct ResponderReply {
 };
 
 ResponderReply respond(TargetQp& target, const InboundRequest& request);
+
+/// A reliable request from another host, numbered `psn`, taken in order per target QP
+/// whichever connection or process it arrives through: the next one is executed; a
+/// duplicate (resent after its answer was lost with a connection) is answered again without
+/// being carried out twice (a READ reads again, an atomic's original value is replayed);
+/// an early one (an earlier request is missing) gets no reply (nullopt), and the requester
+/// resends from the missing one.
+std::optional<ResponderReply> respond_in_sequence(TargetQp& target, uint32_t psn,
+                                                  const InboundRequest& request);
+
+/// Forgets the next expected PSN: the next request sets it (the QP was reset).
+void restart_sequence(QpShared* qp);
 
 /// Moves a QP (of any process on this host) to ERROR: its posted receives complete with
 /// IBV_WC_WR_FLUSH_ERR, and `event` (if not 0) is raised in the owner's context.

@@ -85,6 +85,19 @@ struct RecvQueueShared {
 inline constexpr uint32_t kXrcSrqEntry = 0x1000;
 static_assert(kXrcSrqEntry > IBV_QPT_DRIVER, "never an ibv_qp_type");
 
+/// An atomic's original value, kept so that the atomic resent after its answer was lost is
+/// answered again instead of being carried out twice.
+struct AtomicReplay {
+  uint32_t psn;
+  uint32_t valid;
+  uint64_t original;
+};
+
+/// How many of a QP's latest atomics can be answered again: at least the reads and atomics
+/// a requester may have outstanding (max_qp_rd_atom, see verbs/device_limits.hpp). An atomic
+/// resent from further back fails with a remote operation error; it never runs twice.
+inline constexpr uint32_t kAtomicReplaySlots = 32;
+
 struct QpShared {
   std::atomic<uint32_t> state;  // enum ibv_qp_state
   std::atomic<uint32_t> access_flags;
@@ -108,6 +121,16 @@ struct QpShared {
   // XRC_RECV QPs and XRC SRQs: their XRC domain; a request goes only into an SRQ of its
   // target QP's domain.
   uint64_t xrcd_id;
+  // TCP transport, reliable QPs: the PSN of the next request to execute. It is the QP's, not
+  // a connection's, so a request resent on a new connection (which may land in another
+  // process of this host) is taken as the next one, a duplicate or an early one; the first
+  // request after RESET sets it. `responder_lock` makes checking, executing and advancing
+  // it one step for whichever process executes.
+  ProcessLock responder_lock;
+  uint32_t expected_psn_known;
+  uint32_t expected_psn;
+  uint32_t pad2;
+  AtomicReplay atomic_replay[kAtomicReplaySlots];
 };
 
 struct AsyncEntry {

@@ -177,6 +177,7 @@ void reset(Qp& q) {
   q.retired_seq.store(q.next_seq);
   q.peer = TargetQp{};
   q.shared->peer_psn_end.store(0);
+  restart_sequence(q.shared);
   if (q.rq) {
     ProcessLockGuard guard(q.rq->lock);
     q.rq->head = q.rq->tail;

@@ -140,36 +140,36 @@ void InboundConnection::execute(const Request& h, const char* payload) {
   resp.src_qpn = h.src_qpn;
   resp.psn = h.psn;
   const bool rc = h.qp_type == IBV_QPT_RC;  // carries acknowledgements for its peer's requests
-  const bool reliable = is_reliable(static_cast<ibv_qp_type>(h.qp_type));
-  const uint64_t key = (uint64_t{h.src_qpn} << 32) | h.dest_qpn;
-  auto expected = expected_psn_.find(key);
-  uint64_t result_len = 0;
   // Acknowledgements the peer's QP carries for our QP come first, as on the wire.
   if (rc && h.acked_psn_end) apply_implied_acks(h.dest_qpn, h.acked_psn_end);
-  if (reliable && expected != expected_psn_.end() && expected->second != h.psn) {
+  iovec local{};
+  uint64_t result_len = 0;
+  if (carries_payload(h.opcode)) {
+    local = iovec{const_cast<char*>(payload), h.payload_len};
+  } else {
+    result_len = h.opcode == IBV_WR_RDMA_READ ? h.length : sizeof(uint64_t);
+    result_.resize(result_len);
+    local = iovec{result_.data(), result_.size()};
+  }
+  const InboundRequest request = to_inbound(h, &local, local.iov_len ? 1 : 0);
+  // A QP that is not here gives no answer, as behind a NIC.
+  std::optional<ResponderReply> reply = ResponderReply{ResponderReply::Kind::kNoAnswer};
+  TargetQp target;
+  if (resolve_local_qp(h.dest_qpn, target)) {
+    reply = is_reliable(static_cast<ibv_qp_type>(h.qp_type))
+                ? respond_in_sequence(target, h.psn, request)
+                : respond(target, request);
+  }
+  if (!reply) {
     resp.reply = Reply::kOutOfSequence;
   } else {
-    iovec local{};
-    if (carries_payload(h.opcode)) {
-      local = iovec{const_cast<char*>(payload), h.payload_len};
-    } else {
-      result_len = h.opcode == IBV_WR_RDMA_READ ? h.length : sizeof(uint64_t);
-      result_.resize(result_len);
-      local = iovec{result_.data(), result_.size()};
-    }
-    const int count = local.iov_len ? 1 : 0;
-    TargetQp target;
-    ResponderReply reply{ResponderReply::Kind::kNoAnswer, IBV_WC_SUCCESS, 0};
-    if (resolve_local_qp(h.dest_qpn, target)) reply = respond(target, to_inbound(h, &local, count));
-    resp.reply = to_reply(reply.kind);
-    resp.status = reply.status;
-    resp.rnr_timer = reply.rnr_timer;
-    if (reliable)
-      expected_psn_[key] = reply.kind == ResponderReply::Kind::kDone ? h.psn + 1 : h.psn;
-    if (rc && reply.kind == ResponderReply::Kind::kDone && target.qp)
+    resp.reply = to_reply(reply->kind);
+    resp.status = reply->status;
+    resp.rnr_timer = reply->rnr_timer;
+    if (rc && reply->kind == ResponderReply::Kind::kDone)
       target.qp->peer_psn_end.store(h.psn + 1, std::memory_order_release);
-    if (resp.reply != Reply::kDone || resp.status != IBV_WC_SUCCESS) result_len = 0;
   }
+  if (resp.reply != Reply::kDone || resp.status != IBV_WC_SUCCESS) result_len = 0;
   resp.payload_len = result_len;
   append(output_, &resp, sizeof resp);
   append(output_, result_.data(), result_len);

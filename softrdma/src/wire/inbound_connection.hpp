@@ -7,7 +7,6 @@
 
 #include <chrono>
 #include <cstdint>
-#include <unordered_map>
 #include <vector>
 
 #include "engine/responder.hpp"
@@ -65,9 +64,6 @@ class InboundConnection {
   std::vector<char> output_;  // answers; the first written_ bytes are sent
   size_t written_ = 0;
   std::vector<char> result_;  // READ data or an atomic's original value
-  // RC requests of one requester QP run in order: after an RNR or a drop, later ones are
-  // refused until the requester resends the one that failed (go-back-N).
-  std::unordered_map<uint64_t, uint32_t> expected_psn_;
 };
 
 }  // namespace softrdma::wire
