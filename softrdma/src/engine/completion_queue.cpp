@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+
 namespace softrdma {
 
 size_t cq_shared_bytes(uint32_t capacity) {
@@ -28,13 +30,19 @@ void async_push(PeerArena& owner, uint64_t context_offset, ibv_event_type type, 
   signal_eventfd(owner, ctx->async_eventfd);
 }
 
-bool cq_push(PeerArena& owner, CqShared* cq, const CqEntry& entry, bool solicited) {
+namespace {
+
+// Appends under the producer lock and wakes an armed channel. `owner()` names the CQ's
+// owner; it is only needed off the common path (an overrun, a wake-up), so a producer in
+// the owner's own process does not pay for finding its arena on every completion.
+template <class OwnerOf>
+bool push(OwnerOf owner, CqShared* cq, const CqEntry& entry, bool solicited) {
   {
     ProcessLockGuard guard(cq->producer_lock);
     const uint64_t tail = cq->tail.load(std::memory_order_relaxed);
     if (tail - cq->head.load(std::memory_order_acquire) >= cq->capacity) {
       if (cq->overrun.exchange(1) == 0)
-        async_push(owner, cq->context_offset, IBV_EVENT_CQ_ERR, cq->owner_handle);
+        async_push(owner(), cq->context_offset, IBV_EVENT_CQ_ERR, cq->owner_handle);
       return false;
     }
     cq->entries()[tail & (cq->capacity - 1)] = entry;
@@ -48,9 +56,19 @@ bool cq_push(PeerArena& owner, CqShared* cq, const CqEntry& entry, bool solicite
                     (armed == kCqArmedSolicited && (solicited || entry.status != IBV_WC_SUCCESS));
   if (wake && cq->armed.exchange(kCqDisarmed) != kCqDisarmed) {
     cq->events_pending.fetch_add(1, std::memory_order_release);
-    signal_eventfd(owner, cq->channel_eventfd);
+    signal_eventfd(owner(), cq->channel_eventfd);
   }
   return true;
+}
+
+}  // namespace
+
+bool cq_push(PeerArena& owner, CqShared* cq, const CqEntry& entry, bool solicited) {
+  return push([&owner]() -> PeerArena& { return owner; }, cq, entry, solicited);
+}
+
+bool cq_push_own(PeerArena& (*self)(), CqShared* cq, const CqEntry& entry, bool solicited) {
+  return push(self, cq, entry, solicited);
 }
 
 void cq_purge_qp(CqShared* cq, uint32_t qpn) {
@@ -69,15 +87,15 @@ void cq_purge_qp(CqShared* cq, uint32_t qpn) {
 }
 
 int cq_take(CqShared* cq, CqEntry* out, int max) {
-  int n = 0;
-  while (n < max) {
+  for (;;) {
     uint64_t head = cq->head.load(std::memory_order_relaxed);
-    if (head == cq->tail.load(std::memory_order_acquire)) break;
-    out[n] = cq->entries()[head & (cq->capacity - 1)];
-    // Several owner threads may poll one CQ: the CAS decides who consumed the entry.
-    if (cq->head.compare_exchange_weak(head, head + 1, std::memory_order_acq_rel)) ++n;
+    const uint64_t ready = cq->tail.load(std::memory_order_acquire) - head;
+    const int n = static_cast<int>(std::min<uint64_t>(ready, static_cast<uint64_t>(max)));
+    if (n == 0) return 0;
+    for (int i = 0; i < n; ++i) out[i] = cq->entries()[(head + i) & (cq->capacity - 1)];
+    // Several owner threads may poll one CQ: the CAS decides who consumed the entries.
+    if (cq->head.compare_exchange_weak(head, head + n, std::memory_order_acq_rel)) return n;
   }
-  return n;
 }
 
 }  // namespace softrdma

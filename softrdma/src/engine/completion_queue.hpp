@@ -16,6 +16,8 @@ size_t cq_shared_bytes(uint32_t capacity);
 /// Appends a completion and wakes the owner's completion channel if the CQ is armed for it.
 /// Returns false on overrun (the entry is dropped and IBV_EVENT_CQ_ERR is raised).
 bool cq_push(PeerArena& owner, CqShared* cq, const CqEntry& entry, bool solicited);
+/// cq_push for a CQ of this process: `self` finds its arena, only if it is needed.
+bool cq_push_own(PeerArena& (*self)(), CqShared* cq, const CqEntry& entry, bool solicited);
 
 /// Takes up to `max` completions (owner only; safe between the owner's threads).
 int cq_take(CqShared* cq, CqEntry* out, int max);

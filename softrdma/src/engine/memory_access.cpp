@@ -10,15 +10,30 @@
 
 namespace softrdma {
 
-namespace {
-
-// The slot admits [addr, addr+length) of `owner`'s memory with every bit of `access`.
 bool admits(const MrSlot& s, uint64_t addr, uint64_t length, const ProcessId& owner, uint32_t pd_id,
             uint32_t access) {
   if (s.pid != owner.pid || s.start_time != owner.start_time || s.pd_id != pd_id) return false;
   if ((s.access & access) != access) return false;
   return addr >= s.iova && length <= s.length && addr - s.iova <= s.length - length;
 }
+
+char* map_region(const MrSlot& s, const ProcessId& owner, uint64_t addr, uint64_t length) {
+  const uint64_t offset = addr - s.iova;
+  if (owner == self_process()) {
+    // An on-demand region may have holes: an access to one fails, as a page fault the
+    // device cannot resolve does. (Peers reach it with process_vm_*, which says EFAULT.)
+    char* here = reinterpret_cast<char*>(s.host_addr + offset);
+    if ((s.access & IBV_ACCESS_ON_DEMAND) &&
+        !range_is_mapped(reinterpret_cast<uintptr_t>(here), length))
+      return nullptr;
+    return here;
+  }
+  if (s.memfd < 0) return nullptr;
+  char* base = map_peer_pages(owner, s.memfd, s.memfd_serial, s.memfd_offset + s.length);
+  return base ? base + s.memfd_offset + offset : nullptr;
+}
+
+namespace {
 
 // Pins `key` (a live key of `owner`) against its retirement; nullptr if it is not live.
 MrSlot* pin_key(uint32_t key, bool pin) {
@@ -67,19 +82,10 @@ bool PinnedRanges::add(uint32_t key, uint64_t addr, uint64_t length, const Proce
   std::atomic<uint32_t>& users = Registry::instance().mr_users(key);
   users_[count_] = &users;
   iov_[count_] = iovec{reinterpret_cast<void*>(s->host_addr + (addr - s->iova)), length};
-  char* here = nullptr;
-  if (owner == self_process()) {
-    // An on-demand region may have holes: an access to one fails, as a page fault the
-    // device cannot resolve does. (Peers reach it with process_vm_*, which says EFAULT.)
-    if ((s->access & IBV_ACCESS_ON_DEMAND) &&
-        !range_is_mapped(reinterpret_cast<uintptr_t>(iov_[count_].iov_base), length)) {
-      if (pin_) unpin_key(key);
-      return false;
-    }
-    here = static_cast<char*>(iov_[count_].iov_base);
-  } else if (s->memfd >= 0) {
-    if (char* base = map_peer_pages(owner, s->memfd, s->memfd_serial, s->memfd_offset + s->length))
-      here = base + s->memfd_offset + (addr - s->iova);
+  char* here = map_region(*s, owner, addr, length);
+  if (!here && owner == self_process()) {  // a hole in an on-demand region of our own
+    if (pin_) unpin_key(key);
+    return false;
   }
   mapped_[count_] = iovec{here, length};
   if (!here) all_mapped_ = false;

@@ -20,11 +20,6 @@ ResponderReply no_answer() {
   return {Kind::kNoAnswer, IBV_WC_SUCCESS, 0};
 }
 
-bool receiving(uint32_t state) {
-  return state == IBV_QPS_RTR || state == IBV_QPS_RTS || state == IBV_QPS_SQD ||
-         state == IBV_QPS_SQE;
-}
-
 // Keeps the target QP from being destroyed while a request runs against it.
 class TargetHold {
  public:
@@ -316,6 +311,11 @@ ResponderReply execute_through_srq(TargetQp& t, const InboundRequest& r) {
 
 }  // namespace
 
+bool accepts_requests(uint32_t state) {
+  return state == IBV_QPS_RTR || state == IBV_QPS_RTS || state == IBV_QPS_SQD ||
+         state == IBV_QPS_SQE;
+}
+
 bool TargetQp::current() const {
   return slot->state.load(std::memory_order_acquire) == static_cast<uint32_t>(SlotState::kLive) &&
          slot->generation.load(std::memory_order_acquire) == generation;
@@ -346,7 +346,7 @@ ResponderReply respond(TargetQp& t, const InboundRequest& r) {
   if (!hold.ok() || !t.arena->owner_alive()) return lost;
   QpShared* qp = t.qp;
   if (qp->qp_type != static_cast<uint32_t>(responder_type(r.qp_type))) return lost;
-  if (!receiving(qp->state.load(std::memory_order_acquire))) return lost;
+  if (!accepts_requests(qp->state.load(std::memory_order_acquire))) return lost;
   if (r.qp_type == IBV_QPT_UD) {
     if (r.qkey != qp->qkey) return dropped();
     return deliver_to_receive(t, t, r);

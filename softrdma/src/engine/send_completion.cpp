@@ -56,18 +56,25 @@ uint64_t payload_length(const SendWork& w) {
   return n;
 }
 
+void push_send_completion(Qp& qp, uint64_t wr_id, ibv_wr_opcode op, ibv_wc_status status,
+                          uint32_t byte_len, uint64_t seq) {
+  CqEntry e{};
+  e.wr_id = wr_id;
+  e.status = status;
+  e.opcode = wc_opcode(op);
+  e.qp_num = qp.qpx.qp_base.qp_num;
+  e.byte_len = byte_len;
+  e.send_seq = seq;
+  // Send completions are unsolicited: they wake a solicited-only CQ only when they fail.
+  cq_push_own(self_peer, qp.send_cq->shared, e, false);
+}
+
 void complete(Qp& qp, const SendWork& w, ibv_wc_status status) {
   if (status == IBV_WC_SUCCESS && !signaled(qp, w)) return;  // retired by a later one
-  CqEntry e{};
-  e.wr_id = w.wr_id;
-  e.status = status;
-  e.opcode = wc_opcode(w.opcode);
-  e.qp_num = qp.qpx.qp_base.qp_num;
+  uint32_t byte_len = 0;
   if (w.opcode == IBV_WR_RDMA_READ || is_atomic(w.opcode))
-    e.byte_len = static_cast<uint32_t>(is_atomic(w.opcode) ? 8 : payload_length(w));
-  e.send_seq = w.seq;
-  // Send completions are unsolicited: they wake a solicited-only CQ only when they fail.
-  cq_push(self_peer(), qp.send_cq->shared, e, false);
+    byte_len = static_cast<uint32_t>(is_atomic(w.opcode) ? 8 : payload_length(w));
+  push_send_completion(qp, w.wr_id, w.opcode, status, byte_len, w.seq);
 }
 
 void fail(Qp& qp, const SendWork& w, ibv_wc_status status) {
@@ -76,13 +83,7 @@ void fail(Qp& qp, const SendWork& w, ibv_wc_status status) {
 }
 
 void flush_one(Qp& qp, const SendWork& w) {
-  CqEntry e{};
-  e.wr_id = w.wr_id;
-  e.status = IBV_WC_WR_FLUSH_ERR;
-  e.opcode = wc_opcode(w.opcode);
-  e.qp_num = qp.qpx.qp_base.qp_num;
-  e.send_seq = w.seq;
-  cq_push(self_peer(), qp.send_cq->shared, e, true);
+  push_send_completion(qp, w.wr_id, w.opcode, IBV_WC_WR_FLUSH_ERR, 0, w.seq);
 }
 
 bool rnr_exhausted(Qp& qp, SendWork& w, uint8_t rnr_timer, Clock::time_point now) {
