@@ -54,7 +54,11 @@ INSTANTIATE_TEST_SUITE_P(
                       same_program("atomic_lat", "ib_atomic_lat -n 500"),
                       // Both sides stream at once, more than the socket buffers hold: a
                       // sender blocked on a full socket must not stall its own receiver.
+                      same_program("write_bw_both_ways_8KiB", "ib_write_bw -b -s 8192 -n 5000"),
                       same_program("write_bw_both_ways_64KiB", "ib_write_bw -b -s 65536 -n 2000"),
+                      same_program("write_bw_both_ways_1MiB", "ib_write_bw -b -s 1048576 -n 200"),
+                      same_program("send_bw_both_ways_8KiB", "ib_send_bw -b -s 8192 -n 5000"),
+                      same_program("send_bw_both_ways_64KiB", "ib_send_bw -b -s 65536 -n 2000"),
                       same_program("send_bw_both_ways_1MiB", "ib_send_bw -b -s 1048576 -n 200"),
                       same_program("read_bw_both_ways_64KiB", "ib_read_bw -b -s 65536 -n 2000"),
                       same_program("write_bw_uc_all_sizes", "ib_write_bw -c UC -a -n 50"),

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "engine/atomic_word.hpp"
 #include "engine/region_cache.hpp"
 #include "engine/requester.hpp"
 #include "engine/responder.hpp"
@@ -74,17 +75,16 @@ bool peer_takes(const Qp& qp, const TargetQp& t, uint32_t access) {
          (p->access_flags.load(std::memory_order_relaxed) & access);
 }
 
-// The atomic on the target word, under the host's lock for that word (every softrdma atomic
-// to it, from any process, takes the same one). Returns the original value.
+// The atomic on the target word (engine/atomic_word.hpp); returns the original value.
 uint64_t atomic_on(const ibv_send_wr& wr, const TargetQp& t, const RegionCache::Pinned& word) {
+  const uint64_t compare_add = wr.wr.atomic.compare_add;
+  const uint64_t swap = wr.wr.atomic.swap;
+  if (updated_lock_free(word.here, word.on_shared_pages))
+    return cpu_atomic(wr.opcode, word.here, compare_add, swap);
   ProcessLockGuard guard(Registry::instance().atomic_lock(t.owner().pid, word.host_addr));
   uint64_t original;
   std::memcpy(&original, word.here, sizeof original);
-  uint64_t updated = original;
-  if (wr.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)
-    updated = original + wr.wr.atomic.compare_add;
-  else if (original == wr.wr.atomic.compare_add)
-    updated = wr.wr.atomic.swap;
+  const uint64_t updated = atomic_result(wr.opcode, original, compare_add, swap);
   if (updated != original) std::memcpy(word.here, &updated, sizeof updated);
   return original;
 }

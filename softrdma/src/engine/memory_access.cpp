@@ -89,6 +89,7 @@ bool PinnedRanges::add(uint32_t key, uint64_t addr, uint64_t length, const Proce
   }
   mapped_[count_] = iovec{here, length};
   if (!here) all_mapped_ = false;
+  if (s->memfd < 0) on_shared_pages_ = false;
   ++count_;
   total_ += length;
   return true;
@@ -100,6 +101,7 @@ void PinnedRanges::release() {
   count_ = 0;
   total_ = 0;
   all_mapped_ = true;
+  on_shared_pages_ = true;
 }
 
 bool pin_sge_list(PinnedRanges& out, const ibv_sge* sge, int num_sge, const ProcessId& owner,

@@ -38,6 +38,8 @@ class PinnedRanges {
   /// The same ranges mapped into this process; valid when all_mapped().
   const iovec* mapped() const { return mapped_; }
   bool all_mapped() const { return all_mapped_; }
+  /// Every range is on shared pages, which every process of the host maps.
+  bool on_shared_pages() const { return on_shared_pages_; }
   int count() const { return count_; }
   size_t total() const { return total_; }
 
@@ -48,6 +50,7 @@ class PinnedRanges {
   iovec iov_[kMaxSge];
   iovec mapped_[kMaxSge];
   bool all_mapped_ = true;
+  bool on_shared_pages_ = true;
   bool pin_ = true;
   int count_ = 0;
   size_t total_ = 0;

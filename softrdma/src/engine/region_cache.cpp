@@ -37,6 +37,7 @@ bool RegionCache::fill(Entry& e, const TargetQp& target, uint32_t key) {
     e.host_addr = s->host_addr;
     e.slot = s;
     e.users = &users;
+    e.on_shared_pages = s->memfd >= 0;
     e.key = key;
   }
   users.fetch_sub(1, std::memory_order_release);
@@ -58,13 +59,14 @@ bool RegionCache::pin(const TargetQp& target, uint32_t key, uint64_t addr, uint6
   }
   if (e.slot->generation.load(std::memory_order_relaxed) != e.generation) {
     // Re-registered since it was cached (ibv_rereg_mr keeps the key): describe it afresh.
-    unpin(Pinned{nullptr, 0, e.users});
+    unpin(Pinned{nullptr, 0, e.users, false});
     e.key = 0;
     return false;
   }
   out.here = e.here + (addr - e.iova);
   out.host_addr = e.host_addr + (addr - e.iova);
   out.users = e.users;
+  out.on_shared_pages = e.on_shared_pages;
   return true;
 }
 

@@ -22,6 +22,7 @@ class RegionCache {
     char* here = nullptr;
     uint64_t host_addr = 0;
     std::atomic<uint32_t>* users = nullptr;
+    bool on_shared_pages = false;  // every process of the host maps the region
   };
 
   /// Pins [addr, addr+length) of region `key` of the owner of `target`, in the target's PD
@@ -44,6 +45,7 @@ class RegionCache {
     uint64_t host_addr = 0;  // iova in the owner's address space
     MrSlot* slot = nullptr;
     std::atomic<uint32_t>* users = nullptr;
+    bool on_shared_pages = false;
   };
   static constexpr uint32_t kEntries = 4;
   static_assert((kEntries & (kEntries - 1)) == 0, "entries are picked by masking key bits");

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <cstring>
 
+#include "engine/atomic_word.hpp"
 #include "engine/completion_queue.hpp"
 #include "engine/memory_access.hpp"
 #include "engine/memory_windows.hpp"
@@ -224,10 +225,15 @@ ResponderReply check_atomic_target(TargetQp& t, const Landing& m, const InboundR
   return check_remote_access(t, m, r, access, remote);
 }
 
-// IBV_ATOMIC_HCA: every atomic on this host to this word goes through this lock.
+// A word not updated lock-free: every atomic on this host to it goes through this lock.
 ProcessLock& word_lock(const Landing& m, const PinnedRanges& remote) {
   return Registry::instance().atomic_lock(m.owner().pid,
                                           reinterpret_cast<uint64_t>(remote.iov()[0].iov_base));
+}
+
+bool lock_free(const PinnedRanges& remote) {
+  return remote.all_mapped() &&
+         updated_lock_free(remote.mapped()[0].iov_base, remote.on_shared_pages());
 }
 
 ResponderReply atomic(TargetQp& t, const Landing& m, const InboundRequest& r) {
@@ -236,19 +242,15 @@ ResponderReply atomic(TargetQp& t, const Landing& m, const InboundRequest& r) {
   if (a.status != IBV_WC_SUCCESS) return a;
   uint64_t original = 0;
   int err = 0;
-  {
+  if (lock_free(remote)) {
+    original = cpu_atomic(r.opcode, remote.mapped()[0].iov_base, r.compare_add, r.swap);
+  } else {
     ProcessLockGuard guard(word_lock(m, remote));
     iovec mine{&original, sizeof original};
     err = copy_out_of(remote, m.owner(), &mine, 1);
-    if (!err) {
-      uint64_t updated = original;
-      if (r.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)
-        updated = original + r.compare_add;
-      else if (original == r.compare_add)
-        updated = r.swap;
-      iovec next{&updated, sizeof updated};
-      if (updated != original) err = copy_into(remote, m.owner(), &next, 1);
-    }
+    uint64_t updated = atomic_result(r.opcode, original, r.compare_add, r.swap);
+    iovec next{&updated, sizeof updated};
+    if (!err && updated != original) err = copy_into(remote, m.owner(), &next, 1);
   }
   if (err == ESRCH) return no_answer();
   if (err) return responder_error(t, IBV_WC_REM_ACCESS_ERR, IBV_EVENT_QP_ACCESS_ERR);
@@ -264,7 +266,12 @@ ResponderReply atomic_write(TargetQp& t, const Landing& m, const InboundRequest&
   ResponderReply a = check_atomic_target(t, m, r, IBV_ACCESS_REMOTE_WRITE, remote);
   if (a.status != IBV_WC_SUCCESS) return a;
   int err = 0;
-  {
+  if (lock_free(remote)) {
+    uint64_t value = 0;
+    iovec into{&value, sizeof value};
+    copy_to_process(self_process(), r.local, r.local_count, &into, 1);
+    std::atomic_ref<uint64_t>(*static_cast<uint64_t*>(remote.mapped()[0].iov_base)).store(value);
+  } else {
     ProcessLockGuard guard(word_lock(m, remote));
     err = copy_into(remote, m.owner(), r.local, r.local_count);
   }

@@ -16,6 +16,16 @@
 namespace softrdma::wire {
 namespace {
 
+// The acknowledgement the QP's own requests carry back is cumulative: a duplicate answered
+// again (an older PSN) must not move it back.
+void advance_peer_psn_end(QpShared* qp, uint32_t psn) {
+  uint32_t seen = qp->peer_psn_end.load(std::memory_order_acquire);
+  while (static_cast<int32_t>(psn + 1 - seen) > 0 &&
+         !qp->peer_psn_end.compare_exchange_weak(seen, psn + 1, std::memory_order_release,
+                                                 std::memory_order_acquire)) {
+  }
+}
+
 // Bytes asked of the socket per read when no larger message is in progress.
 constexpr size_t kReadChunk = size_t{64} << 10;
 // Most asked of the socket per read while a large message arrives.
@@ -166,8 +176,7 @@ void InboundConnection::execute(const Request& h, const char* payload) {
     resp.reply = to_reply(reply->kind);
     resp.status = reply->status;
     resp.rnr_timer = reply->rnr_timer;
-    if (rc && reply->kind == ResponderReply::Kind::kDone)
-      target.qp->peer_psn_end.store(h.psn + 1, std::memory_order_release);
+    if (rc && reply->kind == ResponderReply::Kind::kDone) advance_peer_psn_end(target.qp, h.psn);
   }
   if (resp.reply != Reply::kDone || resp.status != IBV_WC_SUCCESS) result_len = 0;
   resp.payload_len = result_len;
