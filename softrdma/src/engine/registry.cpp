@@ -234,7 +234,6 @@ void describe_region(MrSlot& s, uint32_t pd_id, uint32_t access, uint64_t iova, 
   s.memfd = pages ? pages->fd : -1;
   s.memfd_serial = pages ? pages->serial : 0;
   s.memfd_offset = pages ? pages->offset : 0;
-  s.generation.fetch_add(1, std::memory_order_relaxed);  // ordered by the key's publication
 }
 }  // namespace
 

@@ -1,6 +1,5 @@
-// The same-host fast path (one-sided requests carried out inside ibv_post_send, their target
-// regions checked against a per-QP cache): a cached region that is deregistered, reregistered
-// or deregistered while another thread writes into it must behave exactly as an uncached one.
+// A region a peer has already used and that is then deregistered, re-registered, or
+// deregistered while another thread writes into it: the next access sees it as it is now.
 #include <atomic>
 #include <thread>
 
@@ -9,7 +8,7 @@
 namespace softrdma_test {
 namespace {
 
-class DirectPathTest : public RcLoopbackTest {
+class MrInUseTest : public RcLoopbackTest {
  protected:
   void SetUp() override {
     ASSERT_NO_FATAL_FAILURE(RcLoopbackTest::SetUp());
@@ -25,24 +24,24 @@ class DirectPathTest : public RcLoopbackTest {
   }
 };
 
-TEST_F(DirectPathTest, ACachedRegionThatIsDeregisteredRefusesTheNextAccess) {
+TEST_F(MrInUseTest, AUsedRegionThatIsDeregisteredRefusesTheNextAccess) {
   Buffer src = NewBuffer(8, kRemoteAccess, 0x11);
   Buffer dst = NewBuffer(4096, kRemoteAccess, 0);
   const uint32_t rkey = dst.rkey();
-  ASSERT_EQ(WriteAndWait(1, src, dst.addr(), rkey), IBV_WC_SUCCESS);  // now cached
+  ASSERT_EQ(WriteAndWait(1, src, dst.addr(), rkey), IBV_WC_SUCCESS);
   ASSERT_TRUE(dst.all(0x11, 0, 8));
   ASSERT_EQ(ibv_dereg_mr(dst.mr.release()), 0);
   dst.fill(0);
 
   EXPECT_EQ(WriteAndWait(2, src, dst.addr(), rkey), IBV_WC_REM_ACCESS_ERR);
-  EXPECT_TRUE(dst.all(0)) << "written through a cached key after ibv_dereg_mr";
+  EXPECT_TRUE(dst.all(0)) << "written after ibv_dereg_mr";
 }
 
-TEST_F(DirectPathTest, ARegionReregisteredUnderItsKeyIsReachedAsItIsNow) {
+TEST_F(MrInUseTest, ARegionReregisteredUnderItsKeyIsReachedAsItIsNow) {
   Buffer moved = allocate_buffer(4096, 0);  // outlives the region that ends up on it
   Buffer src = NewBuffer(8, kRemoteAccess, 0x22);
   Buffer dst = NewBuffer(4096, kRemoteAccess, 0);
-  ASSERT_EQ(WriteAndWait(1, src, dst.addr(), dst.rkey()), IBV_WC_SUCCESS);  // now cached
+  ASSERT_EQ(WriteAndWait(1, src, dst.addr(), dst.rkey()), IBV_WC_SUCCESS);
   dst.fill(0);
 
   // The same region now describes other pages (at the same address, as peers see it).
@@ -51,9 +50,9 @@ TEST_F(DirectPathTest, ARegionReregisteredUnderItsKeyIsReachedAsItIsNow) {
       0);
   EXPECT_EQ(WriteAndWait(2, src, moved.addr(), dst.rkey()), IBV_WC_SUCCESS);
   EXPECT_TRUE(moved.all(0x22, 0, 8));
-  EXPECT_TRUE(dst.all(0)) << "the old pages were written through the cached description";
+  EXPECT_TRUE(dst.all(0)) << "the old pages were written";
 
-  // And now without remote write access: refused, although the key was cached as writable.
+  // And now without remote write access: refused.
   ASSERT_EQ(ibv_rereg_mr(dst.mr.get(), IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0,
                          IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ),
             0);
@@ -62,14 +61,14 @@ TEST_F(DirectPathTest, ARegionReregisteredUnderItsKeyIsReachedAsItIsNow) {
   EXPECT_TRUE(moved.all(0));
 }
 
-TEST_F(DirectPathTest, ReadsAndAtomicsThroughTheCacheStayInsideTheRegion) {
+TEST_F(MrInUseTest, ReadsAndAtomicsStayInsideTheRegion) {
   Buffer local = NewBuffer(16, kRemoteAccess, 0);
   Buffer dst = NewBuffer(64, kRemoteAccess, 0x33);
   ASSERT_EQ(
       post_send(p_.a, rdma_wr(1, IBV_WR_RDMA_READ, dst.addr(), dst.rkey()), {local.sge(0, 8)}), 0);
   ASSERT_TRUE(completed(poll_one(p_.cq_a), 1));
   EXPECT_TRUE(local.all(0x33, 0, 8));
-  // One byte past the end, through the same (cached) key: refused, the QP fails.
+  // One byte past the end: refused, the QP fails.
   ASSERT_EQ(post_send(p_.a, atomic_wr(2, IBV_WR_ATOMIC_FETCH_AND_ADD, dst.addr(64), dst.rkey(), 1),
                       {local.sge(8, 8)}),
             0);
@@ -78,8 +77,8 @@ TEST_F(DirectPathTest, ReadsAndAtomicsThroughTheCacheStayInsideTheRegion) {
 }
 
 // Under TSan this also shows that no access races with ibv_dereg_mr: a writer thread keeps a
-// cached region busy while the main thread deregisters it.
-TEST_F(DirectPathTest, DeregisteringWhileAnotherThreadWritesEndsAllAccess) {
+// region busy while the main thread deregisters it.
+TEST_F(MrInUseTest, DeregisteringWhileAnotherThreadWritesEndsAllAccess) {
   constexpr size_t kSize = 4096;
   Buffer src = NewBuffer(kSize, kRemoteAccess, 0xab);
   Buffer dst = NewBuffer(kSize, kRemoteAccess, 0);
