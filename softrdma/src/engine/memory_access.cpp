@@ -10,6 +10,9 @@
 
 namespace softrdma {
 
+namespace {
+
+// The slot admits [addr, addr+length) of `owner`'s memory with every bit of `access`.
 bool admits(const MrSlot& s, uint64_t addr, uint64_t length, const ProcessId& owner, uint32_t pd_id,
             uint32_t access) {
   if (s.pid != owner.pid || s.start_time != owner.start_time || s.pd_id != pd_id) return false;
@@ -17,6 +20,9 @@ bool admits(const MrSlot& s, uint64_t addr, uint64_t length, const ProcessId& ow
   return addr >= s.iova && length <= s.length && addr - s.iova <= s.length - length;
 }
 
+// Where `addr` (admitted by `s`, a region of `owner`) is in this process: the owner's own
+// address, or the owner's pages mapped here. Null if it cannot be reached that way (a peer's
+// region outside shared pages: process_vm_* then; a hole in an own on-demand region).
 char* map_region(const MrSlot& s, const ProcessId& owner, uint64_t addr, uint64_t length) {
   const uint64_t offset = addr - s.iova;
   if (owner == self_process()) {
@@ -32,8 +38,6 @@ char* map_region(const MrSlot& s, const ProcessId& owner, uint64_t addr, uint64_
   char* base = map_peer_pages(owner, s.memfd, s.memfd_serial, s.memfd_offset + s.length);
   return base ? base + s.memfd_offset + offset : nullptr;
 }
-
-namespace {
 
 // Pins `key` (a live key of `owner`) against its retirement; nullptr if it is not live.
 MrSlot* pin_key(uint32_t key, bool pin) {

@@ -43,19 +43,8 @@ bool signaled(const Qp& qp, const SendWork& w) {
   return qp.sq_sig_all || (w.send_flags & IBV_SEND_SIGNALED);
 }
 
-}  // namespace
-
-bool is_atomic(ibv_wr_opcode op) {
-  return op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD;
-}
-
-uint64_t payload_length(const SendWork& w) {
-  if (!w.inline_data.empty()) return w.inline_data.size();
-  uint64_t n = 0;
-  for (int i = 0; i < w.num_sge; ++i) n += w.sge[i].length;
-  return n;
-}
-
+// Pushes the completion of the work request `wr_id` at send-queue position `seq` into the
+// QP's send CQ (retiring it and every unsignalled one before it when polled).
 void push_send_completion(Qp& qp, uint64_t wr_id, ibv_wr_opcode op, ibv_wc_status status,
                           uint32_t byte_len, uint64_t seq) {
   CqEntry e{};
@@ -67,6 +56,19 @@ void push_send_completion(Qp& qp, uint64_t wr_id, ibv_wr_opcode op, ibv_wc_statu
   e.send_seq = seq;
   // Send completions are unsolicited: they wake a solicited-only CQ only when they fail.
   cq_push_own(self_peer, qp.send_cq->shared, e, false);
+}
+
+}  // namespace
+
+bool is_atomic(ibv_wr_opcode op) {
+  return op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD;
+}
+
+uint64_t payload_length(const SendWork& w) {
+  if (!w.inline_data.empty()) return w.inline_data.size();
+  uint64_t n = 0;
+  for (int i = 0; i < w.num_sge; ++i) n += w.sge[i].length;
+  return n;
 }
 
 void complete(Qp& qp, const SendWork& w, ibv_wc_status status) {
