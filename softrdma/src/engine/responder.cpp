@@ -381,9 +381,15 @@ void flush_receive_queue(PeerArena& owner, QpShared* qp) {
   }
 }
 
+bool qp_mark_error(QpShared* qp) {
+  return qp->state.exchange(IBV_QPS_ERR, std::memory_order_acq_rel) != IBV_QPS_ERR;
+}
+
 void qp_enter_error(PeerArena& owner, QpShared* qp, int event) {
-  uint32_t prev = qp->state.exchange(IBV_QPS_ERR, std::memory_order_acq_rel);
-  if (prev == IBV_QPS_ERR) return;
+  if (qp_mark_error(qp)) qp_finish_error(owner, qp, event);
+}
+
+void qp_finish_error(PeerArena& owner, QpShared* qp, int event) {
   flush_receive_queue(owner, qp);
   if (event)
     async_push(owner, qp->context_offset, static_cast<ibv_event_type>(event), qp->owner_handle);

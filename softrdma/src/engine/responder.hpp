@@ -83,6 +83,10 @@ void restart_sequence(QpShared* qp);
 /// Moves a QP (of any process on this host) to ERROR: its posted receives complete with
 /// IBV_WC_WR_FLUSH_ERR, and `event` (if not 0) is raised in the owner's context.
 void qp_enter_error(PeerArena& owner, QpShared* qp, int event);
+/// qp_enter_error in two steps, for a caller that completes something in between: the state
+/// (true if this call moved it to ERROR), then the flush and events, once.
+bool qp_mark_error(QpShared* qp);
+void qp_finish_error(PeerArena& owner, QpShared* qp, int event);
 
 /// Completes every receive waiting in a QP's own receive queue with IBV_WC_WR_FLUSH_ERR.
 void flush_receive_queue(PeerArena& owner, QpShared* qp);

@@ -80,8 +80,12 @@ void complete(Qp& qp, const SendWork& w, ibv_wc_status status) {
 }
 
 void fail(Qp& qp, const SendWork& w, ibv_wc_status status) {
+  // In ERROR before the error completion can be polled (an application that polls it from
+  // another thread and then queries the QP sees ERROR, as on a NIC); the receive queue's
+  // flushed completions come after it.
+  const bool entered = qp_mark_error(qp.shared);
   complete(qp, w, status);
-  qp_enter_error(self_peer(), qp.shared, 0);
+  if (entered) qp_finish_error(self_peer(), qp.shared, 0);
 }
 
 void flush_one(Qp& qp, const SendWork& w) {
