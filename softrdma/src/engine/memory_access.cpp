@@ -6,13 +6,11 @@
 #include <cerrno>
 #include <cstring>
 #include "common/mapping_check.hpp"
+#include "engine/ordered_copy.hpp"
 #include "engine/shared_pages.hpp"
 
 namespace softrdma {
 
-namespace {
-
-// The slot admits [addr, addr+length) of `owner`'s memory with every bit of `access`.
 bool admits(const MrSlot& s, uint64_t addr, uint64_t length, const ProcessId& owner, uint32_t pd_id,
             uint32_t access) {
   if (s.pid != owner.pid || s.start_time != owner.start_time || s.pd_id != pd_id) return false;
@@ -20,9 +18,6 @@ bool admits(const MrSlot& s, uint64_t addr, uint64_t length, const ProcessId& ow
   return addr >= s.iova && length <= s.length && addr - s.iova <= s.length - length;
 }
 
-// Where `addr` (admitted by `s`, a region of `owner`) is in this process: the owner's own
-// address, or the owner's pages mapped here. Null if it cannot be reached that way (a peer's
-// region outside shared pages: process_vm_* then; a hole in an own on-demand region).
 char* map_region(const MrSlot& s, const ProcessId& owner, uint64_t addr, uint64_t length) {
   const uint64_t offset = addr - s.iova;
   if (owner == self_process()) {
@@ -38,6 +33,8 @@ char* map_region(const MrSlot& s, const ProcessId& owner, uint64_t addr, uint64_
   char* base = map_peer_pages(owner, s.memfd, s.memfd_serial, s.memfd_offset + s.length);
   return base ? base + s.memfd_offset + offset : nullptr;
 }
+
+namespace {
 
 // Pins `key` (a live key of `owner`) against its retirement; nullptr if it is not live.
 MrSlot* pin_key(uint32_t key, bool pin) {
@@ -121,15 +118,15 @@ namespace {
 
 void copy_local(const iovec* dst, int ndst, const iovec* src, int nsrc) {
   if (ndst == 1 && nsrc == 1) {  // the common case, without the walk's bookkeeping
-    std::memcpy(dst->iov_base, src->iov_base, std::min(dst->iov_len, src->iov_len));
+    copy_tail_last(dst->iov_base, src->iov_base, std::min(dst->iov_len, src->iov_len));
     return;
   }
   int di = 0, si = 0;
   size_t doff = 0, soff = 0;
   while (di < ndst && si < nsrc) {
     const size_t n = std::min(dst[di].iov_len - doff, src[si].iov_len - soff);
-    std::memcpy(static_cast<char*>(dst[di].iov_base) + doff,
-                static_cast<const char*>(src[si].iov_base) + soff, n);
+    copy_tail_last(static_cast<char*>(dst[di].iov_base) + doff,
+                   static_cast<const char*>(src[si].iov_base) + soff, n);
     doff += n;
     soff += n;
     if (doff == dst[di].iov_len) ++di, doff = 0;
@@ -143,9 +140,10 @@ using VmCall = ssize_t (*)(pid_t, const iovec*, unsigned long, const iovec*, uns
 // process_vm_* may stop early; resume from where it stopped until everything moved.
 int vm_copy(VmCall call, pid_t pid, const iovec* local, int nlocal, const iovec* remote,
             int nremote) {
+  if (nlocal > kMaxSge + 2 || nremote > kMaxSge + 2) return EINVAL;
   size_t want = 0;
   for (int i = 0; i < nlocal; ++i) want += local[i].iov_len;
-  iovec l[kMaxSge + 1], r[kMaxSge + 1];
+  iovec l[kMaxSge + 2], r[kMaxSge + 2];  // a list of kMaxSge + 1, split by vm_write
   std::copy(local, local + nlocal, l);
   std::copy(remote, remote + nremote, r);
   int li = 0, ri = 0;
@@ -173,6 +171,14 @@ int vm_copy(VmCall call, pid_t pid, const iovec* local, int nlocal, const iovec*
   return 0;
 }
 
+// Into another process: the target's last bytes are written last, as copy_local does.
+int vm_write(pid_t pid, const iovec* local, int nlocal, const iovec* remote, int nremote) {
+  if (nremote > kMaxSge + 1) return EINVAL;
+  iovec split[kMaxSge + 2];
+  return vm_copy(process_vm_writev, pid, local, nlocal, split,
+                 split_ordered_tail(remote, nremote, split));
+}
+
 }  // namespace
 
 int copy_into(const PinnedRanges& dst, const ProcessId& owner, const iovec* src, int count) {
@@ -181,7 +187,7 @@ int copy_into(const PinnedRanges& dst, const ProcessId& owner, const iovec* src,
     copy_local(dst.mapped(), dst.count(), src, count);
     return 0;
   }
-  return vm_copy(process_vm_writev, owner.pid, src, count, dst.iov(), dst.count());
+  return vm_write(owner.pid, src, count, dst.iov(), dst.count());
 }
 
 int copy_out_of(const PinnedRanges& src, const ProcessId& owner, const iovec* dst, int count) {
@@ -200,7 +206,7 @@ int copy_to_process(const ProcessId& target, const iovec* local, int nlocal, con
     copy_local(remote, nremote, local, nlocal);
     return 0;
   }
-  return vm_copy(process_vm_writev, target.pid, local, nlocal, remote, nremote);
+  return vm_write(target.pid, local, nlocal, remote, nremote);
 }
 
 int copy_from_process(const ProcessId& target, const iovec* local, int nlocal, const iovec* remote,

@@ -56,6 +56,16 @@ class PinnedRanges {
   size_t total_ = 0;
 };
 
+/// The slot admits [addr, addr+length) of `owner`'s memory in `pd_id` with every bit of
+/// `access`.
+bool admits(const MrSlot& s, uint64_t addr, uint64_t length, const ProcessId& owner, uint32_t pd_id,
+            uint32_t access);
+
+/// Where `addr` (admitted by `s`, a region of `owner`) is in this process: the owner's own
+/// address, or the owner's pages mapped here. Null if it cannot be reached that way (a peer's
+/// region outside shared pages: process_vm_* then; a hole in an own on-demand region).
+char* map_region(const MrSlot& s, const ProcessId& owner, uint64_t addr, uint64_t length);
+
 /// Pins a scatter/gather list owned by `owner`; zero-length entries are skipped.
 bool pin_sge_list(PinnedRanges& out, const ibv_sge* sge, int num_sge, const ProcessId& owner,
                   uint32_t pd_id, uint32_t access);

@@ -26,8 +26,8 @@ struct Registry::Header {
 
 namespace {
 
-constexpr uint64_t kMagic = 0x37764d4452544653ull;  // "SFTRDMv7"
-constexpr uint32_t kLayoutVersion = 7;
+constexpr uint64_t kMagic = 0x38764d4452544653ull;  // "SFTRDMv8"
+constexpr uint32_t kLayoutVersion = 8;
 constexpr size_t kHeaderBytes = 4096;
 constexpr size_t kQpBytes = sizeof(QpSlot) * Registry::kQpCapacity;
 constexpr size_t kMrBytes = sizeof(MrSlot) * Registry::kMrCapacity;
@@ -234,6 +234,7 @@ void describe_region(MrSlot& s, uint32_t pd_id, uint32_t access, uint64_t iova, 
   s.memfd = pages ? pages->fd : -1;
   s.memfd_serial = pages ? pages->serial : 0;
   s.memfd_offset = pages ? pages->offset : 0;
+  s.generation.fetch_add(1, std::memory_order_relaxed);  // ordered by the key's publication
 }
 }  // namespace
 

@@ -59,6 +59,9 @@ struct alignas(64) MrSlot {
   uint32_t parent_key;            // window: the region it is bound into (0: unbound)
   uint32_t bound_qpn;             // type 2 window: the only QP through which it may be used
   std::atomic<uint32_t> windows;  // region: windows bound into it (ibv_dereg_mr: EBUSY)
+  // Bumped whenever the slot describes something new (registration, rereg), while its key
+  // is unpublished: a peer's cached copy of the description is valid while this matches.
+  std::atomic<uint32_t> generation;
 };
 
 /// A UD QP attached to a multicast group (ibv_attach_mcast).

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "engine/completion_queue.hpp"
+#include "engine/direct_post.hpp"
 #include "engine/memory_windows.hpp"
 #include "engine/multicast.hpp"
 #include "engine/progress.hpp"
@@ -234,6 +235,7 @@ bool requester_has_room(const Qp& qp, size_t count) {
 }
 
 int requester_post(Qp& qp, const ibv_send_wr& wr) {
+  if (post_direct(qp, wr)) return 0;
   if (int err = requester_check(qp, wr)) return err;
   if (!requester_has_room(qp, 1)) return ENOMEM;
   const uint32_t state = qp.shared->state.load(std::memory_order_acquire);

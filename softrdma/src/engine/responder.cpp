@@ -21,12 +21,6 @@ ResponderReply no_answer() {
   return {Kind::kNoAnswer, IBV_WC_SUCCESS, 0};
 }
 
-// A QP in `state` takes requests (from RTR on, until ERROR or RESET).
-bool accepts_requests(uint32_t state) {
-  return state == IBV_QPS_RTR || state == IBV_QPS_RTS || state == IBV_QPS_SQD ||
-         state == IBV_QPS_SQE;
-}
-
 // Keeps the target QP from being destroyed while a request runs against it.
 class TargetHold {
  public:
@@ -323,6 +317,11 @@ ResponderReply execute_through_srq(TargetQp& t, const InboundRequest& r) {
 }
 
 }  // namespace
+
+bool accepts_requests(uint32_t state) {
+  return state == IBV_QPS_RTR || state == IBV_QPS_RTS || state == IBV_QPS_SQD ||
+         state == IBV_QPS_SQE;
+}
 
 bool TargetQp::current() const {
   return slot->state.load(std::memory_order_acquire) == static_cast<uint32_t>(SlotState::kLive) &&

@@ -30,6 +30,9 @@ struct TargetQp {
   bool current() const;
 };
 
+/// A QP in `state` takes requests (from RTR on, until ERROR or RESET).
+bool accepts_requests(uint32_t state);
+
 /// Finds QP `qpn` on this host (this network namespace). False if there is none.
 bool resolve_local_qp(uint32_t qpn, TargetQp& out);
 

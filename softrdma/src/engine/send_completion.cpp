@@ -43,21 +43,6 @@ bool signaled(const Qp& qp, const SendWork& w) {
   return qp.sq_sig_all || (w.send_flags & IBV_SEND_SIGNALED);
 }
 
-// Pushes the completion of the work request `wr_id` at send-queue position `seq` into the
-// QP's send CQ (retiring it and every unsignalled one before it when polled).
-void push_send_completion(Qp& qp, uint64_t wr_id, ibv_wr_opcode op, ibv_wc_status status,
-                          uint32_t byte_len, uint64_t seq) {
-  CqEntry e{};
-  e.wr_id = wr_id;
-  e.status = status;
-  e.opcode = wc_opcode(op);
-  e.qp_num = qp.qpx.qp_base.qp_num;
-  e.byte_len = byte_len;
-  e.send_seq = seq;
-  // Send completions are unsolicited: they wake a solicited-only CQ only when they fail.
-  cq_push_own(self_peer, qp.send_cq->shared, e, false);
-}
-
 }  // namespace
 
 bool is_atomic(ibv_wr_opcode op) {
@@ -69,6 +54,19 @@ uint64_t payload_length(const SendWork& w) {
   uint64_t n = 0;
   for (int i = 0; i < w.num_sge; ++i) n += w.sge[i].length;
   return n;
+}
+
+void push_send_completion(Qp& qp, uint64_t wr_id, ibv_wr_opcode op, ibv_wc_status status,
+                          uint32_t byte_len, uint64_t seq) {
+  CqEntry e{};
+  e.wr_id = wr_id;
+  e.status = status;
+  e.opcode = wc_opcode(op);
+  e.qp_num = qp.qpx.qp_base.qp_num;
+  e.byte_len = byte_len;
+  e.send_seq = seq;
+  // Send completions are unsolicited: they wake a solicited-only CQ only when they fail.
+  cq_push_own(self_peer, qp.send_cq->shared, e, false);
 }
 
 void complete(Qp& qp, const SendWork& w, ibv_wc_status status) {

@@ -13,6 +13,10 @@ namespace softrdma {
 bool is_atomic(ibv_wr_opcode op);
 uint64_t payload_length(const SendWork& w);
 
+/// Pushes the completion of the work request `wr_id` at send-queue position `seq` into the
+/// QP's send CQ (retiring it and every unsignalled one before it when polled).
+void push_send_completion(Qp& qp, uint64_t wr_id, ibv_wr_opcode op, ibv_wc_status status,
+                          uint32_t byte_len, uint64_t seq);
 /// Completes `w`: an error always produces a completion, a success only when signalled.
 void complete(Qp& qp, const SendWork& w, ibv_wc_status status);
 /// Completes `w` with an error and moves the QP to ERROR.

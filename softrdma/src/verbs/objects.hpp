@@ -17,6 +17,7 @@
 #include "engine/arena.hpp"
 #include "engine/memory_access.hpp"
 #include "engine/memory_windows.hpp"
+#include "engine/region_cache.hpp"
 #include "engine/registry.hpp"
 #include "engine/responder.hpp"
 #include "engine/shared_layout.hpp"
@@ -189,6 +190,7 @@ struct Qp {
   std::deque<SendWork> inflight;         // TCP: sent, answer not yet received
   uint32_t next_psn = 0;
   TargetQp peer;                  // RC: the connected QP, resolved on first use
+  RegionCache region_cache;       // the peer's regions its one-sided requests used lately
   bool peer_on_this_host = true;  // RC: decided at RTR from the destination GID
   // Created with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS: the ibv_wr_* API and its pending batch.
   std::unique_ptr<WrBatch> wr_batch;

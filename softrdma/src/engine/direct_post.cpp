@@ -1,0 +1,133 @@
+#include "engine/direct_post.hpp"
+
+#include <cstring>
+
+#include "engine/atomic_word.hpp"
+#include "engine/ordered_copy.hpp"
+#include "engine/region_cache.hpp"
+#include "engine/requester.hpp"
+#include "engine/responder.hpp"
+#include "engine/send_completion.hpp"
+#include "verbs/device_limits.hpp"
+
+namespace softrdma {
+namespace {
+
+// Flags the fast path honours as the general path does: fences and solicitation change
+// nothing for a request carried out at once, inline bytes are read here and now.
+constexpr unsigned kDirectFlags =
+    IBV_SEND_SIGNALED | IBV_SEND_FENCE | IBV_SEND_SOLICITED | IBV_SEND_INLINE;
+
+struct Remote {
+  uint64_t addr;
+  uint32_t rkey;
+  uint32_t access;  // the right the target must grant
+};
+
+bool remote_of(const ibv_send_wr& wr, Remote& out) {
+  switch (wr.opcode) {
+    case IBV_WR_RDMA_WRITE:
+      out = {wr.wr.rdma.remote_addr, wr.wr.rdma.rkey, IBV_ACCESS_REMOTE_WRITE};
+      return true;
+    case IBV_WR_RDMA_READ:
+      out = {wr.wr.rdma.remote_addr, wr.wr.rdma.rkey, IBV_ACCESS_REMOTE_READ};
+      return true;
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+      out = {wr.wr.atomic.remote_addr, wr.wr.atomic.rkey, IBV_ACCESS_REMOTE_ATOMIC};
+      return true;
+    default:
+      return false;
+  }
+}
+
+// The request's shape is one the fast path carries out.
+bool common_shape(const Qp& qp, const ibv_send_wr& wr) {
+  if (wr.num_sge != 1 || qp.cap.max_send_sge < 1 || (wr.send_flags & ~kDirectFlags)) return false;
+  const uint32_t length = wr.sg_list[0].length;
+  if (is_atomic(wr.opcode))
+    return length == sizeof(uint64_t) && wr.wr.atomic.remote_addr % sizeof(uint64_t) == 0 &&
+           !(wr.send_flags & IBV_SEND_INLINE);
+  if (length == 0 || length > limits::kMaxMsgSize) return false;
+  return !(wr.send_flags & IBV_SEND_INLINE) ||
+         (wr.opcode == IBV_WR_RDMA_WRITE && length <= qp.cap.max_inline_data);
+}
+
+// The local buffer of the single SGE, checked against this QP's PD; null if not allowed.
+char* local_buffer(const Qp& qp, const ibv_send_wr& wr) {
+  const ibv_sge& sge = wr.sg_list[0];
+  if (wr.send_flags & IBV_SEND_INLINE) return reinterpret_cast<char*>(sge.addr);
+  const MrSlot* s = Registry::instance().mr_slot(sge.lkey);
+  const uint32_t need = wr.opcode == IBV_WR_RDMA_WRITE ? 0 : IBV_ACCESS_LOCAL_WRITE;
+  if (!s || s->key.load(std::memory_order_acquire) != sge.lkey || s->kind != KeyKind::kRegion ||
+      (s->access & IBV_ACCESS_ON_DEMAND) ||
+      !admits(*s, sge.addr, sge.length, self_process(), qp.pd_id, need))
+    return nullptr;
+  return reinterpret_cast<char*>(s->host_addr + (sge.addr - s->iova));
+}
+
+// The connected peer takes this request: alive, RC, receiving, connected back to us, and
+// granting the right on the QP.
+bool peer_takes(const Qp& qp, const TargetQp& t, uint32_t access) {
+  const QpShared* p = t.qp;
+  return t.current() && t.arena->owner_alive() && p->qp_type == IBV_QPT_RC &&
+         accepts_requests(p->state.load(std::memory_order_acquire)) &&
+         p->dest_qpn == qp.qpx.qp_base.qp_num &&
+         (p->access_flags.load(std::memory_order_relaxed) & access);
+}
+
+// The atomic on the target word (engine/atomic_word.hpp); returns the original value.
+uint64_t atomic_on(const ibv_send_wr& wr, const TargetQp& t, const RegionCache::Pinned& word) {
+  const uint64_t compare_add = wr.wr.atomic.compare_add;
+  const uint64_t swap = wr.wr.atomic.swap;
+  if (updated_lock_free(word.here, word.on_shared_pages))
+    return cpu_atomic(wr.opcode, word.here, compare_add, swap);
+  ProcessLockGuard guard(Registry::instance().atomic_lock(t.owner().pid, word.host_addr));
+  uint64_t original;
+  std::memcpy(&original, word.here, sizeof original);
+  const uint64_t updated = atomic_result(wr.opcode, original, compare_add, swap);
+  if (updated != original) std::memcpy(word.here, &updated, sizeof updated);
+  return original;
+}
+
+}  // namespace
+
+bool post_direct(Qp& qp, const ibv_send_wr& wr) {
+  Remote remote;
+  if (!remote_of(wr, remote) || qp.qpx.qp_base.qp_type != IBV_QPT_RC || !qp.peer_on_this_host ||
+      !qp.blocked.empty() || !qp.peer.slot || !common_shape(qp, wr) ||
+      qp.shared->state.load(std::memory_order_acquire) != IBV_QPS_RTS || !requester_has_room(qp, 1))
+    return false;
+  char* local = local_buffer(qp, wr);
+  if (!local) return false;
+
+  TargetQp& t = qp.peer;
+  const uint32_t length = wr.sg_list[0].length;
+  t.slot->users.fetch_add(1, std::memory_order_seq_cst);  // the target QP stays while we work
+  RegionCache::Pinned target;
+  const bool taken =
+      peer_takes(qp, t, remote.access) &&
+      qp.region_cache.pin(t, remote.rkey, remote.addr, length, remote.access, target);
+  if (taken) {
+    if (wr.opcode == IBV_WR_RDMA_WRITE) {
+      move_tail_last(target.here, local, length);
+    } else if (wr.opcode == IBV_WR_RDMA_READ) {
+      move_tail_last(local, target.here, length);
+    } else {
+      const uint64_t original = atomic_on(wr, t, target);
+      std::memcpy(local, &original, sizeof original);
+    }
+    RegionCache::unpin(target);
+  }
+  t.slot->users.fetch_sub(1, std::memory_order_release);
+  if (!taken) return false;
+
+  const uint64_t seq = ++qp.next_seq;
+  if (qp.sq_sig_all || (wr.send_flags & IBV_SEND_SIGNALED)) {
+    const uint32_t byte_len = wr.opcode == IBV_WR_RDMA_WRITE ? 0 : length;
+    push_send_completion(qp, wr.wr_id, wr.opcode, IBV_WC_SUCCESS, byte_len, seq);
+  }
+  return true;
+}
+
+}  // namespace softrdma

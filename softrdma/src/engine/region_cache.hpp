@@ -1,0 +1,57 @@
+// The remote regions a requester QP has used lately. A same-host access checks its key,
+// bounds and rights against this copy, on the QP's own cache lines, instead of walking the
+// host's registry and mapping the owner's pages again. An entry is a copy of a registry
+// slot's description and is trusted only once the access is pinned and the slot still
+// carries the same key and generation: ibv_dereg_mr and ibv_rereg_mr unpublish the key and
+// then wait for pins to drain, so a pinned access never reaches a region that is gone.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "engine/registry.hpp"
+#include "engine/responder.hpp"
+
+namespace softrdma {
+
+class RegionCache {
+ public:
+  /// A pinned access: `here` is the first byte in this process, `host_addr` the same byte
+  /// in the owner's address space. Release with unpin().
+  struct Pinned {
+    char* here = nullptr;
+    uint64_t host_addr = 0;
+    std::atomic<uint32_t>* users = nullptr;
+    bool on_shared_pages = false;  // every process of the host maps the region
+  };
+
+  /// Pins [addr, addr+length) of region `key` of the owner of `target`, in the target's PD
+  /// and with every bit of `access`. False when that is not allowed or the region cannot be
+  /// reached by a plain memory access here (a window, an on-demand region of this process,
+  /// a peer's region outside shared pages): the general path then decides.
+  bool pin(const TargetQp& target, uint32_t key, uint64_t addr, uint64_t length, uint32_t access,
+           Pinned& out);
+  static void unpin(const Pinned& p) { p.users->fetch_sub(1, std::memory_order_release); }
+
+ private:
+  struct Entry {
+    uint32_t key = 0;  // 0: empty
+    uint32_t generation = 0;
+    uint32_t target_generation = 0;  // of the target QP's slot it was filled for
+    uint32_t access = 0;
+    uint64_t iova = 0;
+    uint64_t length = 0;
+    char* here = nullptr;    // iova, mapped here
+    uint64_t host_addr = 0;  // iova in the owner's address space
+    MrSlot* slot = nullptr;
+    std::atomic<uint32_t>* users = nullptr;
+    bool on_shared_pages = false;
+  };
+  static constexpr uint32_t kEntries = 4;
+  static_assert((kEntries & (kEntries - 1)) == 0, "entries are picked by masking key bits");
+
+  bool fill(Entry& e, const TargetQp& target, uint32_t key);
+  Entry entries_[kEntries];
+};
+
+}  // namespace softrdma
