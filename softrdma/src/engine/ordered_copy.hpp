@@ -29,9 +29,13 @@ inline void copy_tail_last(void* dst, const void* src, size_t n) {
     std::memcpy(d, s, head);
     uint64_t tail;
     std::memcpy(&tail, s + head, sizeof tail);
-    // Orders the head's stores (even a fast-string copy's) before the tail's, in the
-    // compiler and on weakly ordered CPUs; no instruction on x86.
+    // The head's stores (even a fast-string copy's) before the tail's: x86 keeps stores in
+    // order, so only the compiler must not move them; weakly ordered CPUs need the fence.
+#if defined(__x86_64__) || defined(__i386__)
+    std::atomic_signal_fence(std::memory_order_release);
+#else
     std::atomic_thread_fence(std::memory_order_release);
+#endif
     std::memcpy(d + head, &tail, sizeof tail);  // one 8-byte store
     return;
   }
