@@ -82,7 +82,23 @@ class Hosts:
             subprocess.run(["ip", "netns", "delete", ns])
 
 
-def pair(server_cmd, client_cmd, env=None, port_flag="-p", hosts=None):
+def reap(proc, timeout):
+    """Waits for `proc` like Popen.wait, and returns the CPU seconds (user + system) it and
+    its waited-for children used."""
+    deadline = time.time() + timeout
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid == proc.pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            return usage.ru_utime + usage.ru_stime
+        if time.time() > deadline:
+            raise subprocess.TimeoutExpired(proc.args, timeout)
+        time.sleep(0.01)
+
+
+def pair(server_cmd, client_cmd, env=None, port_flag="-p", hosts=None, server_cpu=False):
+    """Runs a server and then its client; returns the client's output, and with `server_cpu`
+    also the CPU seconds the server used."""
     hosts = hosts or Hosts()
     port = free_port()
     env = dict(os.environ, **(env or {}))
@@ -93,6 +109,8 @@ def pair(server_cmd, client_cmd, env=None, port_flag="-p", hosts=None):
             raise RuntimeError("server did not listen: %s" % server_cmd)
         out = subprocess.run(hosts.on(1) + client_cmd + [port_flag, str(port)], env=env,
                              capture_output=True, text=True, timeout=300).stdout
+        if server_cpu:
+            return out, reap(server, 30)
         server.wait(timeout=30)
         return out
     finally:
@@ -100,10 +118,19 @@ def pair(server_cmd, client_cmd, env=None, port_flag="-p", hosts=None):
             server.kill()
 
 
-def perftest(run, tool, args, hosts=None, rate=False):
-    """perftest: t_typical (µs) for *_lat, else BW average (MiB/s), or Mpps with `rate`."""
+def perftest(run, tool, args, hosts=None, rate=False, server_cpu=False):
+    """perftest: t_typical (µs) for *_lat, else BW average (MiB/s), or Mpps with `rate`;
+    with `server_cpu`, a pair of that and the CPU seconds the server used."""
     hosts = hosts or Hosts()
-    out = pair([run, tool] + args, [run, tool] + args + [hosts.addr(0)], hosts=hosts)
+    out = pair([run, tool] + args, [run, tool] + args + [hosts.addr(0)], hosts=hosts,
+               server_cpu=server_cpu)
+    if server_cpu:
+        out, cpu = out
+        return perftest_result(tool, out, rate), cpu
+    return perftest_result(tool, out, rate)
+
+
+def perftest_result(tool, out, rate):
     rows = [l.split() for l in out.splitlines() if re.match(r"^\s*\d+\s+\d+\s+[\d.]", l)]
     if not rows:
         raise RuntimeError("no result from %s: %s" % (tool, out[-500:]))
@@ -115,8 +142,9 @@ def perftest(run, tool, args, hosts=None, rate=False):
     return float(row[4])  # t_typical, usec
 
 
-def ucx(test, size, tls, hosts=None, iterations=20000, rate=False, extra=()):
-    """ucx_perftest: p50 latency (µs) for *_lat tests, else MB/s, or messages/s with `rate`."""
+def ucx(test, size, tls, hosts=None, iterations=20000, rate=False, extra=(), bandwidth=None):
+    """ucx_perftest: p50 latency (µs) for *_lat tests, else MB/s (`bandwidth` decides for a
+    test such as ucp_get that measures both), or messages/s with `rate`."""
     hosts = hosts or Hosts()
     env = {"UCX_TLS": tls}
     if hosts.two:
@@ -132,7 +160,9 @@ def ucx(test, size, tls, hosts=None, iterations=20000, rate=False, extra=()):
     # avg msg/s, overall msg/s
     if rate:
         return float(f[8])
-    return float(f[5]) if test.endswith("_bw") else float(f[2])
+    if bandwidth is None:
+        bandwidth = test.endswith("_bw")
+    return float(f[5]) if bandwidth else float(f[2])
 
 
 def chart(directory, name, series, metric, title, bars=True):

@@ -5,9 +5,11 @@ Same host: perftest on softrdma against ucx_perftest over shared memory (UCX_TLS
 the peer a user would otherwise pick on a machine without an RDMA NIC.
 Across hosts (two network namespaces joined by veth, created here; needs root): perftest
 on softrdma's TCP transport against one iperf3 stream and ucx_perftest over TCP.
-Each pair runs --runs times, interleaved, and the medians are compared. Also: RDMA CM
-connection set-up rate (100 connections) beside plain TCP's, and the CPU used by a process
-holding 100 connected idle QPs.
+Each pair runs --runs times, interleaved, and the medians are compared. Also: the CPU the
+serving process used per GiB written across hosts, RDMA CM connection set-up rate (100
+connections) beside plain TCP's, the CPU used by a process holding 100 connected idle QPs,
+and callgrind's instructions per 8-byte WRITE, READ and fetch-and-add on one host (raw
+verbs, depth 1, including ibv_post_send and ibv_poll_cq), a figure free of machine noise.
 
 Usage: bench/perftest_vs_peers.py [--build build] [--runs 5] [--skip-hosts]
                                   [--charts DIR]   (perftest_latency.png, perftest_bandwidth.png)
@@ -20,6 +22,7 @@ import statistics
 import subprocess
 
 from benchlib import ROOT, Hosts, chart, pair, perftest, ucx
+from rdmakit_vs_raw import instructions_per_op
 
 
 def iperf3(hosts):
@@ -66,7 +69,10 @@ def compare(cases, runs, peer_name, where, into):
         print("%-26s %12.3f %12.3f %7.2fx %5s%.1fx %s" % (label, mo, mt, ratio,
                                                          ">=" if higher else "<=", target,
                                                          "met" if met else "not met"))
-        workload = "%s, %s" % (re.sub(r" \((us|MiB/s)\)$", "", label), where)
+        unit = re.search(r" \(([^)]*)\)$", label).group(1)
+        if unit not in ("us", "MiB/s"):
+            continue  # the charts show latency and bandwidth
+        workload = "%s, %s" % (label[:-len(unit) - 3], where)
         for contender, value in (("softrdma", mo), (peer_name, mt)):
             point = {"workload": workload}
             if higher:
@@ -84,57 +90,97 @@ def main():
     ap.add_argument("--charts", help="directory for the charts and their data")
     a = ap.parse_args()
     run = os.path.join(a.build, "softrdma-run")
+    shm = "posix,cma"
+    mpps = lambda per_s: per_s / 1e6  # noqa: E731
     cases = [
         # (label, softrdma measurement, UCX measurement, higher is better, target ratio)
         ("write bw 64 KiB (MiB/s)", lambda: perftest(run, "ib_write_bw", ["-s", "65536", "-n", "20000"]),
-         lambda: ucx("ucp_put_bw", 65536, "posix,cma"), True, 1.0),
+         lambda: ucx("ucp_put_bw", 65536, shm), True, 1.0),
+        ("read bw 64 KiB (MiB/s)", lambda: perftest(run, "ib_read_bw", ["-s", "65536", "-n", "20000"]),
+         lambda: ucx("ucp_get", 65536, shm, bandwidth=True), True, 1.0),
+        ("send bw 64 KiB (MiB/s)", lambda: perftest(run, "ib_send_bw", ["-s", "65536", "-n", "20000"]),
+         lambda: ucx("tag_bw", 65536, shm), True, 1.0),
+        ("write rate 8 B (Mpps)",
+         lambda: perftest(run, "ib_write_bw", ["-s", "8", "-n", "200000"], rate=True),
+         lambda: mpps(ucx("ucp_put_bw", 8, shm, iterations=200000, rate=True)), True, 0.5),
+        ("send rate 8 B (Mpps)",
+         lambda: perftest(run, "ib_send_bw", ["-s", "8", "-n", "200000"], rate=True),
+         lambda: mpps(ucx("ucp_put_bw", 8, shm, iterations=200000, rate=True)), True, 0.5),
         ("write lat 8 B (us)", lambda: perftest(run, "ib_write_lat", ["-s", "8", "-n", "20000"]),
-         lambda: ucx("ucp_put_lat", 8, "posix,cma"), False, 1.5),
+         lambda: ucx("ucp_put_lat", 8, shm), False, 1.5),
         ("read lat 8 B (us)", lambda: perftest(run, "ib_read_lat", ["-s", "8", "-n", "20000"]),
-         lambda: ucx("ucp_get", 8, "posix,cma"), False, 1.5),
+         lambda: ucx("ucp_get", 8, shm), False, 1.5),
         ("atomic lat 8 B (us)", lambda: perftest(run, "ib_atomic_lat", ["-n", "20000"]),
-         lambda: ucx("ucp_fadd", 8, "posix,cma"), False, 1.5),
+         lambda: ucx("ucp_fadd", 8, shm), False, 1.5),
+        ("send lat 8 B (us)", lambda: perftest(run, "ib_send_lat", ["-s", "8", "-n", "20000"]),
+         lambda: ucx("tag_lat", 8, shm), False, 1.5),
         # The same over connections made by the RDMA CM (perftest -R).
         ("write bw 64 KiB -R (MiB/s)",
          lambda: perftest(run, "ib_write_bw", ["-s", "65536", "-n", "20000", "-R"]),
-         lambda: ucx("ucp_put_bw", 65536, "posix,cma"), True, 1.0),
+         lambda: ucx("ucp_put_bw", 65536, shm), True, 1.0),
         ("write lat 8 B -R (us)", lambda: perftest(run, "ib_write_lat", ["-s", "8", "-n", "20000", "-R"]),
-         lambda: ucx("ucp_put_lat", 8, "posix,cma"), False, 1.5),
+         lambda: ucx("ucp_put_lat", 8, shm), False, 1.5),
     ]
     print("same host, medians of %d interleaved runs; peer = UCX over shared memory" % a.runs)
     medians = {"latency": {}, "bandwidth": {}}
     compare(cases, a.runs, "UCX shm", "one host", medians)
     if not a.skip_hosts:
         hosts = Hosts(two=True)
+        cpu_per_gib = []
+
+        def write_bw(size, iterations):
+            """ib_write_bw across the hosts; notes the serving side's CPU per GiB written."""
+            bw, cpu = perftest(run, "ib_write_bw", ["-s", str(size), "-n", str(iterations)], hosts,
+                               server_cpu=True)
+            cpu_per_gib.append(cpu / (size * iterations / 2**30))
+            return bw
+
         try:
-            cross = [
-                ("write bw 64 KiB (MiB/s)",
-                 lambda: perftest(run, "ib_write_bw", ["-s", "65536", "-n", "5000"], hosts),
-                 lambda: iperf3(hosts), True, 0.8),
+            tcp_tls = "tcp"
+            streams = [
+                ("write bw 64 KiB (MiB/s)", lambda: write_bw(65536, 5000), lambda: iperf3(hosts),
+                 True, 0.9),
+                ("write bw 1 MiB (MiB/s)", lambda: write_bw(2**20, 400), lambda: iperf3(hosts),
+                 True, 0.9),
+            ]
+            latencies = [
                 ("write lat 8 B (us)",
                  lambda: perftest(run, "ib_write_lat", ["-s", "8", "-n", "5000"], hosts),
-                 lambda: ucx("ucp_put_lat", 8, "tcp", hosts, 5000), False, 1.0),
+                 lambda: ucx("ucp_put_lat", 8, tcp_tls, hosts, 5000), False, 1.5),
+                ("send lat 8 B (us)",
+                 lambda: perftest(run, "ib_send_lat", ["-s", "8", "-n", "5000"], hosts),
+                 lambda: ucx("tag_lat", 8, tcp_tls, hosts, 5000), False, 1.0),
+                ("read lat 8 B (us)",
+                 lambda: perftest(run, "ib_read_lat", ["-s", "8", "-n", "5000"], hosts),
+                 lambda: ucx("ucp_get", 8, tcp_tls, hosts, 5000), False, 1.0),
             ]
             print()
             print("two hosts (namespaces + veth), medians of %d; peers = one iperf3 stream (bw), "
                   "UCX over TCP (lat)" % a.runs)
-            compare(cross[:1], a.runs, "iperf3", "two hosts", medians)
-            compare(cross[1:], a.runs, "UCX tcp", "two hosts", medians)
+            compare(streams, a.runs, "iperf3", "two hosts", medians)
+            print("the serving side's CPU per GiB written (ib_write_bw server, all its threads): "
+                  "median %.2f s" % statistics.median(cpu_per_gib))
+            compare(latencies, a.runs, "UCX tcp", "two hosts", medians)
         finally:
             hosts.close()
     print()
     rates = [connect_rate(a.build) for _ in range(a.runs)]
     cm, tcp = statistics.median(r[0] for r in rates), statistics.median(r[1] for r in rates)
     print("connection set-up, 100 connections one after the other, medians of %d: "
-          "RDMA CM %.0f/s, plain TCP connect+exchange %.0f/s (%.2fx)" % (a.runs, cm, tcp, cm / tcp))
+          "RDMA CM %.0f/s, plain TCP connect+exchange %.0f/s (%.2fx, target >= 0.4x)" %
+          (a.runs, cm, tcp, cm / tcp))
     cpu = idle_cpu_seconds(a.build)
     if cpu is not None:
         print("idle: 100 connected RC QPs for 3 s used %.4f s of CPU" % cpu)
+    ir = {op: instructions_per_op(a.build, "raw", 1, op) for op in ("write", "read", "fadd")}
+    print("instructions per 8-byte operation, raw verbs at depth 1, post and poll included "
+          "(callgrind; target <= 250): WRITE %.0f, READ %.0f, fetch-and-add %.0f" %
+          (ir["write"], ir["read"], ir["fadd"]))
     if a.charts:
         chart(a.charts, "perftest_latency", medians["latency"], "latency",
               "8-byte latency, softrdma vs its peers (median of %d runs)" % a.runs)
         chart(a.charts, "perftest_bandwidth", medians["bandwidth"], "bandwidth",
-              "64 KiB write bandwidth, softrdma vs its peers (median of %d runs)" % a.runs)
+              "Bandwidth, softrdma vs its peers (median of %d runs)" % a.runs)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
 //              perftest's cq_mod does), ibv_poll_cq in batches;
 //   poll       rdmakit's PollQueuePair: batches posted with one doorbell, selective signalling;
 //   coroutine  rdmakit's AsyncQueuePair: --depth coroutines each awaiting one write at a time.
+// --op read or fadd (raw mode only) measures 8-byte RDMA READs or fetch-and-adds instead.
 // Prints one JSON line: {"mode":..., "depth":..., "ops":..., "seconds":..., "mops":...}.
 // bench/rdmakit_vs_raw.py runs the modes side by side and under callgrind.
 #include <infiniband/verbs.h>
@@ -47,15 +48,24 @@ struct Setup {
   std::exit(1);
 }
 
-void run_raw(Setup& s, uint32_t depth, uint64_t ops, size_t size) {
+void run_raw(Setup& s, uint32_t depth, uint64_t ops, size_t size, ibv_wr_opcode opcode) {
   const uint32_t signal_every = std::max(1u, depth / 4);
   ibv_sge sge = s.mr.local().first(size).sge();
   ibv_send_wr wr{};
   wr.sg_list = &sge;
   wr.num_sge = 1;
-  wr.opcode = IBV_WR_RDMA_WRITE;
-  wr.wr.rdma.remote_addr = s.mr.remote().address() + 65536;
-  wr.wr.rdma.rkey = s.mr.rkey();
+  wr.opcode = opcode;
+  const uint64_t target = s.mr.remote().address() + 65536;
+  if (opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+    wr.wr.atomic.remote_addr = target;
+    wr.wr.atomic.rkey = s.mr.rkey();
+    wr.wr.atomic.compare_add = 1;
+  } else {
+    wr.wr.rdma.remote_addr = target;
+    wr.wr.rdma.rkey = s.mr.rkey();
+  }
+  // Only a WRITE's bytes may travel inline.
+  const unsigned inline_flag = opcode == IBV_WR_RDMA_WRITE ? IBV_SEND_INLINE : 0;
   std::array<ibv_wc, 32> wcs;
   uint64_t posted = 0, completed = 0;
   uint32_t outstanding = 0;
@@ -65,7 +75,7 @@ void run_raw(Setup& s, uint32_t depth, uint64_t ops, size_t size) {
     while (outstanding < depth && posted < ops) {
       ++posted;
       const bool signal = posted % signal_every == 0 || posted == ops;
-      wr.send_flags = IBV_SEND_INLINE | (signal ? IBV_SEND_SIGNALED : 0);
+      wr.send_flags = inline_flag | (signal ? IBV_SEND_SIGNALED : 0);
       ibv_send_wr* bad;
       if (ibv_post_send(qp, &wr, &bad)) fail("ibv_post_send failed");
       ++outstanding;
@@ -125,6 +135,7 @@ int main(int argc, char** argv) {
   uint32_t depth = 1;
   uint64_t ops = 1'000'000;
   size_t size = 8;
+  std::string op = "write";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--mode")
@@ -135,14 +146,27 @@ int main(int argc, char** argv) {
       ops = std::strtoull(argv[i + 1], nullptr, 10);
     else if (flag == "--size")
       size = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (flag == "--op")
+      op = argv[i + 1];
     else
-      fail("usage: rdmakit_datapath --mode raw|poll|coroutine --depth N --ops N [--size B]");
+      fail(
+          "usage: rdmakit_datapath --mode raw|poll|coroutine --depth N --ops N [--size B] "
+          "[--op write|read|fadd]");
   }
   if (depth == 0 || size == 0 || size > 4096) fail("--depth must be positive, --size 1..4096");
+  ibv_wr_opcode opcode = IBV_WR_RDMA_WRITE;
+  if (op == "read")
+    opcode = IBV_WR_RDMA_READ;
+  else if (op == "fadd")
+    opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+  else if (op != "write")
+    fail("unknown --op");
+  if (opcode != IBV_WR_RDMA_WRITE && mode != "raw") fail("--op read and fadd are raw mode only");
+  if (opcode == IBV_WR_ATOMIC_FETCH_AND_ADD && size != 8) fail("--op fadd takes 8 bytes");
   Setup setup(depth);
   const auto start = Clock::now();
   if (mode == "raw")
-    run_raw(setup, depth, ops, size);
+    run_raw(setup, depth, ops, size, opcode);
   else if (mode == "poll")
     run_poll(setup, depth, ops, size);
   else if (mode == "coroutine")
@@ -151,8 +175,9 @@ int main(int argc, char** argv) {
     fail("unknown --mode");
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   std::printf(
-      "{\"mode\":\"%s\",\"depth\":%u,\"size\":%zu,\"ops\":%llu,\"seconds\":%.6f,\"mops\":%.4f}\n",
-      mode.c_str(), depth, size, static_cast<unsigned long long>(ops), seconds,
+      "{\"mode\":\"%s\",\"op\":\"%s\",\"depth\":%u,\"size\":%zu,\"ops\":%llu,\"seconds\":%.6f,"
+      "\"mops\":%.4f}\n",
+      mode.c_str(), op.c_str(), depth, size, static_cast<unsigned long long>(ops), seconds,
       static_cast<double>(ops) / seconds / 1e6);
   return 0;
 }

@@ -19,7 +19,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from perftest_vs_peers import ROOT, pair  # noqa: E402
+from benchlib import ROOT, perftest  # noqa: E402
 
 MODES = ["raw", "poll", "coroutine"]
 DEPTHS = [1, 16, 128]
@@ -29,11 +29,11 @@ def env_for(build):
     return dict(os.environ, LD_LIBRARY_PATH=os.path.join(build, "softrdma", "lib"))
 
 
-def datapath(build, mode, depth, ops, prefix=(), extra_env=None):
+def datapath(build, mode, depth, ops, prefix=(), extra_env=None, op="write"):
     env = env_for(build)
     env.update(extra_env or {})
     cmd = list(prefix) + [os.path.join(build, "bench", "rdmakit_datapath"), "--mode", mode,
-                          "--depth", str(depth), "--ops", str(ops)]
+                          "--depth", str(depth), "--ops", str(ops), "--op", op]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     if out.returncode != 0:
         raise RuntimeError("%s failed: %s" % (cmd, out.stderr[-500:]))
@@ -46,22 +46,17 @@ def mops(build, mode, depth, ops):
 
 
 def perftest_mpps(build, depth, ops):
-    run = os.path.join(build, "softrdma-run")
     args = ["-s", "8", "-t", str(depth), "-n", str(ops)]
-    out = pair([run, "ib_write_bw"] + args, [run, "ib_write_bw"] + args + ["127.0.0.1"])
-    rows = [l.split() for l in out.splitlines() if re.match(r"^\s*\d+\s+\d+\s+[\d.]", l)]
-    if not rows:
-        raise RuntimeError("no result from ib_write_bw: %s" % out[-500:])
-    return float(rows[-1][4])  # MsgRate, Mpps
+    return perftest(os.path.join(build, "softrdma-run"), "ib_write_bw", args, rate=True)
 
 
-def instructions_per_op(build, mode, depth):
+def instructions_per_op(build, mode, depth, op="write"):
     """Ir of a long run minus Ir of a short one, per extra operation."""
     counts = []
     for ops in (4000, 8000):
         err = datapath(build, mode, depth, ops,
                        prefix=["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"],
-                       extra_env={"SOFTRDMA_ARENA_GIB": "4"}).stderr
+                       extra_env={"SOFTRDMA_ARENA_GIB": "4"}, op=op).stderr
         counts.append(int(re.search(r"Collected : (\d+)", err).group(1)))
     return (counts[1] - counts[0]) / 4000
 
