@@ -39,7 +39,8 @@ inline int child_fail(int code, const char* what) {
 
 /// Opens softrdma0 in the child and makes a CQ (on a completion channel if `with_channel`),
 /// an RC QP and a registered buffer.
-inline bool open_child_verbs(ChildVerbs& v, size_t length, uint8_t fill, bool with_channel = false) {
+inline bool open_child_verbs(ChildVerbs& v, size_t length, uint8_t fill,
+                             bool with_channel = false) {
   int n = 0;
   ibv_device** list = ibv_get_device_list(&n);
   if (!list || n < 1) return false;

@@ -78,8 +78,8 @@ TEST_P(WriteOrderTest, PingPongPollingTheLastByteNeverStalls) {
     if (!open_child_verbs(v, c.region_bytes, 0)) return child_fail(2, "open");
     Endpoint parent;
     if (!child_connect(link_, v, &parent)) return child_fail(3, "connect");
-    const std::string failed = play(false, v.qp, v.cq, v.buffer.data(), v.mr->lkey, parent,
-                                    c.message_bytes, rounds);
+    const std::string failed =
+        play(false, v.qp, v.cq, v.buffer.data(), v.mr->lkey, parent, c.message_bytes, rounds);
     if (!failed.empty()) return child_fail(4, failed.c_str());
     return 0;
   });
@@ -99,7 +99,9 @@ INSTANTIATE_TEST_SUITE_P(
                       PingPongCase{"4_KiB_on_shared_pages", 4096, 4096, 100'000},
                       PingPongCase{"8_bytes_private", 8, 8, 40'000},
                       PingPongCase{"13_bytes_private", 13, 13, 40'000}),
-    [](const ::testing::TestParamInfo<PingPongCase>& param) { return std::string(param.param.name); });
+    [](const ::testing::TestParamInfo<PingPongCase>& param) {
+      return std::string(param.param.name);
+    });
 
 }  // namespace
 }  // namespace softrdma_test

@@ -86,16 +86,4 @@ void cq_purge_qp(CqShared* cq, uint32_t qpn) {
   cq->head.store(kept_from, std::memory_order_release);
 }
 
-int cq_take(CqShared* cq, CqEntry* out, int max) {
-  for (;;) {
-    uint64_t head = cq->head.load(std::memory_order_relaxed);
-    const uint64_t ready = cq->tail.load(std::memory_order_acquire) - head;
-    const int n = static_cast<int>(std::min<uint64_t>(ready, static_cast<uint64_t>(max)));
-    if (n == 0) return 0;
-    for (int i = 0; i < n; ++i) out[i] = cq->entries()[(head + i) & (cq->capacity - 1)];
-    // Several owner threads may poll one CQ: the CAS decides who consumed the entries.
-    if (cq->head.compare_exchange_weak(head, head + n, std::memory_order_acq_rel)) return n;
-  }
-}
-
 }  // namespace softrdma

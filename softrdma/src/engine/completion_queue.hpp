@@ -2,6 +2,8 @@
 // the owner's own send path, or a peer delivering a receive completion.
 #pragma once
 
+#include <algorithm>
+
 #include <cstddef>
 #include <cstdint>
 
@@ -19,8 +21,22 @@ bool cq_push(PeerArena& owner, CqShared* cq, const CqEntry& entry, bool solicite
 /// cq_push for a CQ of this process: `self` finds its arena, only if it is needed.
 bool cq_push_own(PeerArena& (*self)(), CqShared* cq, const CqEntry& entry, bool solicited);
 
-/// Takes up to `max` completions (owner only; safe between the owner's threads).
-int cq_take(CqShared* cq, CqEntry* out, int max);
+/// Takes up to `max` completions, handing the i-th to `take(i, entry)`; returns how many
+/// (owner only; safe between the owner's threads). If another thread takes them first, the
+/// calls are made again for what is left, so `take` only fills in the caller's output.
+template <class Take>
+int cq_take(CqShared* cq, int max, Take take) {
+  for (;;) {
+    uint64_t head = cq->head.load(std::memory_order_relaxed);
+    const uint64_t ready = cq->tail.load(std::memory_order_acquire) - head;
+    const int n = static_cast<int>(std::min<uint64_t>(ready, static_cast<uint64_t>(max)));
+    if (n == 0) return 0;
+    // Producers never overwrite entries before the head moves past them.
+    for (int i = 0; i < n; ++i) take(i, cq->entries()[(head + i) & (cq->capacity - 1)]);
+    // Several owner threads may poll one CQ: the CAS decides who consumed the entries.
+    if (cq->head.compare_exchange_weak(head, head + n, std::memory_order_acq_rel)) return n;
+  }
+}
 
 /// Removes the completions of QP `qpn` that are not yet polled, keeping the others in
 /// order (a QP moved to RESET leaves nothing behind, as on a NIC). Owner only; concurrent

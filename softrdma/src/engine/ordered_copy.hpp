@@ -26,7 +26,7 @@ inline void copy_tail_last(void* dst, const void* src, size_t n) {
   const auto* s = static_cast<const unsigned char*>(src);
   if (n >= kOrderedTail) {
     const size_t head = n - kOrderedTail;
-    std::memcpy(d, s, head);
+    if (head) std::memcpy(d, s, head);  // not a call for the common 8 bytes
     uint64_t tail;
     std::memcpy(&tail, s + head, sizeof tail);
     // The head's stores (even a fast-string copy's) before the tail's: x86 keeps stores in

@@ -44,17 +44,20 @@ int poll_cq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
   if (num_entries < 0) return -EINVAL;
   run_due_progress();
   CqShared* shared = to_cq(cq)->shared;
-  CqEntry batch[16];
+  constexpr int kBatch = 16;
+  uint64_t send_seq[kBatch];
   int done = 0;
   while (done < num_entries) {
-    const int want = std::min(num_entries - done, 16);
-    const int got = cq_take(shared, batch, want);
+    const int want = std::min(num_entries - done, kBatch);
+    const int got = cq_take(shared, want, [&](int i, const CqEntry& e) {
+      to_wc(e, wc[done + i]);
+      send_seq[i] = e.send_seq;
+    });
     for (int i = 0; i < got; ++i) {
-      to_wc(batch[i], wc[done + i]);
-      if (batch[i].send_seq != 0) {
-        // Retires this WR and every unsignalled one before it.
-        if (Qp* qp = local_qp(batch[i].qp_num)) qp->retired_seq.store(batch[i].send_seq);
-      }
+      // Retires this WR and every unsignalled one before it.
+      if (send_seq[i] == 0) continue;
+      if (Qp* qp = local_qp(wc[done + i].qp_num))
+        qp->retired_seq.store(send_seq[i], std::memory_order_release);
     }
     done += got;
     if (got < want) break;
