@@ -19,6 +19,17 @@ namespace softrdma {
 /// The bytes at the end of a copy that copy_tail_last stores last, in one instruction.
 constexpr size_t kOrderedTail = sizeof(uint64_t);
 
+/// Copies one `Word` from `s` to `d` (either unaligned) with a single load and a single
+/// store, whatever the optimisation level: a memcpy call for it could store twice.
+template <class Word>
+inline void copy_word_once(unsigned char* d, const unsigned char* s) {
+  struct [[gnu::packed, gnu::may_alias]] Unaligned {
+    Word value;
+  };
+  static_assert(alignof(Unaligned) == 1 && sizeof(Unaligned) == sizeof(Word));
+  reinterpret_cast<Unaligned*>(d)->value = reinterpret_cast<const Unaligned*>(s)->value;
+}
+
 /// Copies `n` bytes (not overlapping) so that the last kOrderedTail bytes are stored once,
 /// after every other byte; shorter copies store ascending pieces, none twice.
 inline void copy_tail_last(void* dst, const void* src, size_t n) {
@@ -26,30 +37,24 @@ inline void copy_tail_last(void* dst, const void* src, size_t n) {
   const auto* s = static_cast<const unsigned char*>(src);
   if (n >= kOrderedTail) {
     const size_t head = n - kOrderedTail;
-    if (head) std::memcpy(d, s, head);  // not a call for the common 8 bytes
-    uint64_t tail;
-    std::memcpy(&tail, s + head, sizeof tail);
-    // The head's stores (even a fast-string copy's) before the tail's: x86 keeps stores in
-    // order, so only the compiler must not move them; weakly ordered CPUs need the fence.
+    if (head) std::memcpy(d, s, head);
+      // The head's stores (even a fast-string copy's) before the tail's: x86 keeps stores in
+      // order, so only the compiler must not move them; weakly ordered CPUs need the fence.
 #if defined(__x86_64__) || defined(__i386__)
     std::atomic_signal_fence(std::memory_order_release);
 #else
     std::atomic_thread_fence(std::memory_order_release);
 #endif
-    std::memcpy(d + head, &tail, sizeof tail);  // one 8-byte store
+    copy_word_once<uint64_t>(d + head, s + head);
     return;
   }
   size_t at = 0;
   if (n & 4) {
-    uint32_t v;
-    std::memcpy(&v, s, sizeof v);
-    std::memcpy(d, &v, sizeof v);
+    copy_word_once<uint32_t>(d, s);
     at = 4;
   }
   if (n & 2) {
-    uint16_t v;
-    std::memcpy(&v, s + at, sizeof v);
-    std::memcpy(d + at, &v, sizeof v);
+    copy_word_once<uint16_t>(d + at, s + at);
     at += 2;
   }
   if (n & 1) d[at] = s[at];
