@@ -2,8 +2,6 @@
 
 #include <unistd.h>
 
-#include <algorithm>
-
 namespace softrdma {
 
 size_t cq_shared_bytes(uint32_t capacity) {

@@ -18,6 +18,14 @@ bool admits(const MrSlot& s, uint64_t addr, uint64_t length, const ProcessId& ow
   return addr >= s.iova && length <= s.length && addr - s.iova <= s.length - length;
 }
 
+bool pin_published(const MrSlot& s, std::atomic<uint32_t>& users, uint32_t key) {
+  users.fetch_add(1, std::memory_order_seq_cst);
+  // Re-checked after pinning: retiring a key clears it, then waits for users to drain.
+  if (s.key.load(std::memory_order_seq_cst) == key) return true;
+  users.fetch_sub(1, std::memory_order_release);
+  return false;
+}
+
 char* map_region(const MrSlot& s, const ProcessId& owner, uint64_t addr, uint64_t length) {
   const uint64_t offset = addr - s.iova;
   if (owner == self_process()) {
@@ -42,14 +50,7 @@ MrSlot* pin_key(uint32_t key, bool pin) {
   MrSlot* s = registry.mr_slot(key);
   if (!s || s->key.load(std::memory_order_acquire) != key) return nullptr;
   if (!pin) return s;
-  std::atomic<uint32_t>& users = registry.mr_users(key);
-  users.fetch_add(1, std::memory_order_seq_cst);
-  // Re-check after pinning: retiring a key clears it, then waits for users to drain.
-  if (s->key.load(std::memory_order_seq_cst) != key) {
-    users.fetch_sub(1, std::memory_order_release);
-    return nullptr;
-  }
-  return s;
+  return pin_published(*s, registry.mr_users(key), key) ? s : nullptr;
 }
 
 void unpin_key(uint32_t key) {

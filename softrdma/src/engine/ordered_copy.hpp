@@ -30,6 +30,17 @@ inline void copy_word_once(unsigned char* d, const unsigned char* s) {
   reinterpret_cast<Unaligned*>(d)->value = reinterpret_cast<const Unaligned*>(s)->value;
 }
 
+/// Every store before this call is seen before any store after it (even a fast-string
+/// copy's): x86 keeps stores in order, so only the compiler must not move them; weakly
+/// ordered CPUs need the fence. (TSan refuses atomic_thread_fence, and x86 needs none.)
+inline void stores_before_here() {
+#if defined(__x86_64__) || defined(__i386__)
+  std::atomic_signal_fence(std::memory_order_release);
+#else
+  std::atomic_thread_fence(std::memory_order_release);
+#endif
+}
+
 /// Copies `n` bytes (not overlapping) so that the last kOrderedTail bytes are stored once,
 /// after every other byte; shorter copies store ascending pieces, none twice.
 inline void copy_tail_last(void* dst, const void* src, size_t n) {
@@ -38,13 +49,7 @@ inline void copy_tail_last(void* dst, const void* src, size_t n) {
   if (n >= kOrderedTail) {
     const size_t head = n - kOrderedTail;
     if (head) std::memcpy(d, s, head);
-      // The head's stores (even a fast-string copy's) before the tail's: x86 keeps stores in
-      // order, so only the compiler must not move them; weakly ordered CPUs need the fence.
-#if defined(__x86_64__) || defined(__i386__)
-    std::atomic_signal_fence(std::memory_order_release);
-#else
-    std::atomic_thread_fence(std::memory_order_release);
-#endif
+    stores_before_here();
     copy_word_once<uint64_t>(d + head, s + head);
     return;
   }

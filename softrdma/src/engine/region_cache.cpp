@@ -3,18 +3,6 @@
 #include "engine/memory_access.hpp"
 
 namespace softrdma {
-namespace {
-
-// Pins `slot` for key `key`: true if the key is still published after the pin was taken
-// (the order ibv_dereg_mr's "unpublish, then wait for pins" relies on).
-bool pin_slot(const MrSlot& slot, std::atomic<uint32_t>& users, uint32_t key) {
-  users.fetch_add(1, std::memory_order_seq_cst);
-  if (slot.key.load(std::memory_order_seq_cst) == key) return true;
-  users.fetch_sub(1, std::memory_order_release);
-  return false;
-}
-
-}  // namespace
 
 bool RegionCache::fill(Entry& e, const TargetQp& target, uint32_t key) {
   e.key = 0;
@@ -22,7 +10,7 @@ bool RegionCache::fill(Entry& e, const TargetQp& target, uint32_t key) {
   MrSlot* s = registry.mr_slot(key);
   if (!s) return false;
   std::atomic<uint32_t>& users = registry.mr_users(key);
-  if (!pin_slot(*s, users, key)) return false;
+  if (!pin_published(*s, users, key)) return false;
   // Pinned and published: the description cannot change until the pin is released.
   const bool cacheable = s->kind == KeyKind::kRegion && !(s->access & IBV_ACCESS_ON_DEMAND) &&
                          admits(*s, s->iova, s->length, target.owner(), target.qp->pd_id, 0);
@@ -53,7 +41,7 @@ bool RegionCache::pin(const TargetQp& target, uint32_t key, uint64_t addr, uint6
   if ((e.access & access) != access || addr < e.iova || length > e.length ||
       addr - e.iova > e.length - length)
     return false;
-  if (!pin_slot(*e.slot, *e.users, key)) {
+  if (!pin_published(*e.slot, *e.users, key)) {
     e.key = 0;
     return false;
   }
