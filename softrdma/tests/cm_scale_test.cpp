@@ -1,8 +1,15 @@
 // The connection manager at scale: many ids on one channel, a listener's backlog that fills
-// and frees again, and 64 connections set up, accepted and torn down concurrently.
+// and frees again, 64 connections set up, accepted and torn down concurrently, and a
+// descriptor table that does not stall the process as connections add descriptors.
 #include <poll.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <fstream>
 #include <map>
+#include <string>
 
 #include "cm_fixture.hpp"
 
@@ -410,6 +417,34 @@ TEST_F(CmBacklog, SlotIsFreedWhenTheRequesterGoesAway) {
   EXPECT_EQ(e->listen_id, listener);
   ASSERT_EQ(rdma_reject(Own(e->id), nullptr, 0), 0);
   ASSERT_TRUE(expect_event(ch, RDMA_CM_EVENT_REJECTED, second, kRejectConsumer));
+}
+
+// Each connection holds descriptors, and growing the descriptor table of a process with
+// threads waits for an RCU grace period (10-25 ms): the library grows it once when it is
+// loaded, and again in a forked child, so connection 81 costs what connection 80 did.
+size_t descriptor_table_size() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("FDSize:", 0) == 0) return std::stoul(line.substr(7));
+  return 0;
+}
+
+size_t expected_descriptor_table() {
+  rlimit limit{};
+  getrlimit(RLIMIT_NOFILE, &limit);
+  return std::min<size_t>(limit.rlim_cur, 4096);
+}
+
+TEST(CmDescriptors, TableIsGrownWhenTheLibraryLoadsAndInForkedChildren) {
+  const size_t expected = expected_descriptor_table();
+  EXPECT_GE(descriptor_table_size(), expected);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) _exit(descriptor_table_size() >= expected ? 0 : 1);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "a forked child's table is smaller than " << expected;
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "cm/cm_engine.hpp"
 
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -37,6 +38,9 @@ struct Engine {
   int wake_fd = -1;  // an eventfd that interrupts epoll_wait when a timer is added
   std::map<int, Watch> watches;
   std::multimap<Clock::time_point, Timer> timers;
+  // When the thread wakes by itself at the latest: a timer due later needs no wake-up (each
+  // rdma_connect adds one, and waking the thread for it would cost the connection a switch).
+  Clock::time_point sleeps_until = Clock::time_point::max();
   pid_t pid = 0;
 };
 
@@ -281,6 +285,8 @@ void on_listener(Engine& e, CmId* listener) {
     Watch& w = e.watches[fd];
     w.listener = listener;
     epoll_set(e, fd, EPOLLIN | EPOLLRDHUP, true);
+    // The request usually follows the connection at once: take it now, not a loop later.
+    on_readable(e, fd);
   }
 }
 
@@ -291,10 +297,12 @@ void loop() {
     int timeout = -1;
     {
       std::lock_guard lock(e.mutex);
+      e.sleeps_until = Clock::time_point::max();
       if (!e.timers.empty()) {
         auto wait = e.timers.begin()->first - Clock::now();
         timeout = static_cast<int>(
             std::max<int64_t>(0, std::chrono::ceil<std::chrono::milliseconds>(wait).count()));
+        e.sleeps_until = e.timers.begin()->first;
       }
     }
     const int n = epoll_wait(e.epfd, events, 16, timeout);
@@ -363,7 +371,10 @@ void unwatch(CmId* id) {
 void after(CmId* id, std::chrono::milliseconds delay, std::function<void(CmId*)> fn) {
   Engine& e = engine();
   ensure_started(e);
-  e.timers.emplace(Clock::now() + delay, Timer{id, std::move(fn)});
+  const Clock::time_point due = Clock::now() + delay;
+  e.timers.emplace(due, Timer{id, std::move(fn)});
+  if (due >= e.sleeps_until) return;
+  e.sleeps_until = due;
   const uint64_t one = 1;  // the thread recomputes how long it may sleep
   [[maybe_unused]] ssize_t n = write(e.wake_fd, &one, sizeof one);
 }
@@ -384,14 +395,19 @@ int start_connect(CmId* id) {
   sockaddr_in src = id->id.route.addr.src_sin;
   src.sin_port = 0;
   bind(id->sock, reinterpret_cast<sockaddr*>(&src), sizeof src);
-  if (connect(id->sock, &id->id.route.addr.dst_addr, sizeof(sockaddr_in)) != 0 &&
-      errno != EINPROGRESS) {
+  const bool at_once = connect(id->sock, &id->id.route.addr.dst_addr, sizeof(sockaddr_in)) == 0;
+  if (!at_once && errno != EINPROGRESS) {
     const int err = errno;
     close(id->sock);
     id->sock = -1;
     return err;
   }
-  watch(id, true);
+  // A connection on this host is usually made before connect() returns: send the request
+  // from this thread rather than wake the CM thread to do it.
+  pollfd ready{id->sock, POLLOUT, 0};
+  const bool made = at_once || poll(&ready, 1, 0) == 1;
+  watch(id, !made);
+  if (made) on_connect_done(engine(), id, id->sock);
   return 0;
 }
 

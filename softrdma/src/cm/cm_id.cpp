@@ -272,8 +272,12 @@ SOFTRDMA_EXPORT int rdma_connect(rdma_cm_id* cm_id, rdma_conn_param* param) {
     if (id->sock >= 0) close(id->sock);
     id->sock = -1;
     id->refused_until = std::chrono::steady_clock::now() + kRefusedGrace;
-    if (int err = start_connect(id)) return fail(err);
+    // Connecting before the request can go out: start_connect may send it (and see it fail) now.
     id->state = IdState::kConnecting;
+    if (int err = start_connect(id)) {
+      id->state = IdState::kRouteResolved;
+      return fail(err);
+    }
     after(id, kConnectTimeout, [](CmId* i) {
       if (i->state != IdState::kConnecting) return;
       close_connection(i);
