@@ -290,16 +290,7 @@ class CmTest : public ::testing::Test {
   /// A QP on `id` (fixture PD) whose send and receive completions go to `cq`.
   ibv_qp* CreateQp(rdma_cm_id* id, ibv_cq* cq, ibv_qp_type type = IBV_QPT_RC,
                    const QpCaps& caps = {}) {
-    ibv_qp_init_attr attr{};
-    attr.send_cq = cq;
-    attr.recv_cq = cq;
-    attr.qp_type = type;
-    attr.sq_sig_all = 1;
-    attr.cap.max_send_wr = caps.send_wr;
-    attr.cap.max_recv_wr = caps.recv_wr;
-    attr.cap.max_send_sge = caps.send_sge;
-    attr.cap.max_recv_sge = caps.recv_sge;
-    attr.cap.max_inline_data = caps.inline_data;
+    ibv_qp_init_attr attr = qp_init_attr(type, cq, cq, caps);
     if (rdma_create_qp(id, pd_, &attr) != 0) {
       ADD_FAILURE() << "rdma_create_qp: " << std::strerror(errno);
       return nullptr;

@@ -132,8 +132,10 @@ struct QpCaps {
   uint32_t inline_data = 64;
 };
 
-inline ibv_qp* create_qp(ibv_pd* pd, ibv_qp_type type, ibv_cq* send_cq, ibv_cq* recv_cq,
-                         const QpCaps& caps = {}, bool sq_sig_all = true, ibv_srq* srq = nullptr) {
+/// What ibv_create_qp (or rdma_create_qp, whose null CQs it makes itself) is asked for.
+inline ibv_qp_init_attr qp_init_attr(ibv_qp_type type, ibv_cq* send_cq, ibv_cq* recv_cq,
+                                     const QpCaps& caps = {}, bool sq_sig_all = true,
+                                     ibv_srq* srq = nullptr) {
   ibv_qp_init_attr init{};
   init.send_cq = send_cq;
   init.recv_cq = recv_cq;
@@ -145,6 +147,12 @@ inline ibv_qp* create_qp(ibv_pd* pd, ibv_qp_type type, ibv_cq* send_cq, ibv_cq* 
   init.cap.max_send_sge = caps.send_sge;
   init.cap.max_recv_sge = srq ? 0 : caps.recv_sge;
   init.cap.max_inline_data = caps.inline_data;
+  return init;
+}
+
+inline ibv_qp* create_qp(ibv_pd* pd, ibv_qp_type type, ibv_cq* send_cq, ibv_cq* recv_cq,
+                         const QpCaps& caps = {}, bool sq_sig_all = true, ibv_srq* srq = nullptr) {
+  ibv_qp_init_attr init = qp_init_attr(type, send_cq, recv_cq, caps, sq_sig_all, srq);
   return ibv_create_qp(pd, &init);
 }
 

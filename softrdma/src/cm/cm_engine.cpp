@@ -25,6 +25,8 @@ struct Watch {
   CmId* listener = nullptr;  // for such connections
   bool connecting = false;
   std::vector<uint8_t> in;
+  uint64_t serial = 0;  // tells this watch from a later one on a reused descriptor
+  int claimed = 0;      // waiters serving it; meanwhile the CM thread does not watch it
 };
 
 struct Timer {
@@ -41,6 +43,7 @@ struct Engine {
   // When the thread wakes by itself at the latest: a timer due later needs no wake-up (each
   // rdma_connect adds one, and waking the thread for it would cost the connection a switch).
   Clock::time_point sleeps_until = Clock::time_point::max();
+  uint64_t next_serial = 0;
   pid_t pid = 0;
 };
 
@@ -64,6 +67,14 @@ void ensure_started(Engine& e) {
   ev.data.fd = e.wake_fd;
   epoll_ctl(e.epfd, EPOLL_CTL_ADD, e.wake_fd, &ev);
   std::thread(loop).detach();
+}
+
+// The watch of a descriptor just opened (a number closed before may come back).
+Watch& new_watch(Engine& e, int fd) {
+  Watch& w = e.watches[fd];
+  w = Watch{};
+  w.serial = ++e.next_serial;
+  return w;
 }
 
 void epoll_set(Engine& e, int fd, uint32_t events, bool add) {
@@ -282,12 +293,24 @@ void on_listener(Engine& e, CmId* listener) {
     int fd = accept4(listener->sock, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) return;
     wire::tune_socket(fd);  // no Nagle: a disconnect must not wait for a delayed ACK
-    Watch& w = e.watches[fd];
+    Watch& w = new_watch(e, fd);
     w.listener = listener;
     epoll_set(e, fd, EPOLLIN | EPOLLRDHUP, true);
     // The request usually follows the connection at once: take it now, not a loop later.
     on_readable(e, fd);
   }
+}
+
+// Whatever `fd` (watched as `w`) has ready: a connection to accept, a connect that
+// finished, or messages.
+void serve(Engine& e, int fd, Watch& w) {
+  CmId* id = w.id;
+  if (id && id->state == IdState::kListening && id->sock == fd)
+    on_listener(e, id);
+  else if (w.connecting)
+    on_connect_done(e, id, fd);
+  else
+    on_readable(e, fd);
 }
 
 void loop() {
@@ -320,19 +343,69 @@ void loop() {
         continue;
       }
       auto it = e.watches.find(fd);
-      if (it == e.watches.end()) continue;
-      CmId* id = it->second.id;
-      if (id && id->state == IdState::kListening && id->sock == fd)
-        on_listener(e, id);
-      else if (it->second.connecting)
-        on_connect_done(e, id, fd);
-      else
-        on_readable(e, fd);
+      if (it != e.watches.end()) serve(e, fd, it->second);
     }
   }
 }
 
+// The channel the events of a watched socket go to (null: none yet).
+const EventChannel* channel_of(const Watch& w) {
+  if (w.id) return w.id->channel;
+  return w.listener ? w.listener->channel : nullptr;
+}
+
+// A socket whose next message is part of setting a connection up or down: a listener, a
+// connection whose request has not arrived, or one waiting for a REP, an RTU or a DREP. An
+// established connection stays quiet until it ends; the CM thread watches it alone.
+bool in_handshake(int fd, const Watch& w) {
+  if (!w.id) return w.listener != nullptr;
+  switch (w.id->state) {
+    case IdState::kListening:
+      return w.id->sock == fd;
+    case IdState::kConnecting:
+    case IdState::kAccepting:
+    case IdState::kDisconnecting:
+      return true;
+    default:
+      return false;
+  }
+}
+
 }  // namespace
+
+size_t claim_channel_sockets(const EventChannel* ch, ClaimedSocket* out, size_t max) {
+  Engine& e = engine();
+  if (e.pid != getpid()) return 0;
+  size_t n = 0;
+  for (const auto& [fd, w] : e.watches) {
+    if (w.connecting || channel_of(w) != ch || !in_handshake(fd, w)) continue;
+    if (n == max) return max + 1;
+    out[n++] = {fd, w.serial};
+  }
+  for (size_t i = 0; i < n; ++i) {
+    Watch& w = e.watches[out[i].fd];
+    if (w.claimed++ == 0) epoll_ctl(e.epfd, EPOLL_CTL_DEL, out[i].fd, nullptr);
+  }
+  return n;
+}
+
+void release_channel_sockets(const ClaimedSocket* claimed, size_t n) {
+  Engine& e = engine();
+  for (size_t i = 0; i < n; ++i) {
+    // Gone, or a new watch on the same number (closed meanwhile): not this claim's.
+    auto it = e.watches.find(claimed[i].fd);
+    if (it == e.watches.end() || it->second.serial != claimed[i].serial) continue;
+    if (--it->second.claimed == 0) epoll_set(e, claimed[i].fd, EPOLLIN | EPOLLRDHUP, true);
+  }
+}
+
+void serve_socket(const EventChannel* ch, int fd) {
+  Engine& e = engine();
+  // The socket may have been closed meanwhile, and its number reused.
+  auto it = e.watches.find(fd);
+  if (it != e.watches.end() && !it->second.connecting && channel_of(it->second) == ch)
+    serve(e, fd, it->second);
+}
 
 std::mutex& cm_mutex() {
   return engine().mutex;
@@ -341,7 +414,7 @@ std::mutex& cm_mutex() {
 void watch(CmId* id, bool connecting) {
   Engine& e = engine();
   ensure_started(e);
-  Watch& w = e.watches[id->sock];
+  Watch& w = new_watch(e, id->sock);
   w.id = id;
   w.connecting = connecting;
   epoll_set(e, id->sock, connecting ? EPOLLOUT : (EPOLLIN | EPOLLRDHUP), true);

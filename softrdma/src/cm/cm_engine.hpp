@@ -1,6 +1,7 @@
 // The connection manager's thread: it sleeps in epoll until a listener has a connection to
 // accept, a connection has a message (or broke), or a timer is due, and turns each into
-// events on the ids' channels. API calls and this thread share one mutex.
+// events on the ids' channels. API calls and this thread share one mutex; an application
+// thread waiting for an event serves its channel's sockets itself (serving_wait.hpp).
 #pragma once
 
 #include <chrono>
@@ -26,6 +27,22 @@ int start_connect(CmId* id);
 
 /// The lock over every id's state, taken by API calls and by the CM thread.
 std::mutex& cm_mutex();
+
+/// A socket a waiter serves (serving_wait.hpp): its descriptor, and which watch of it.
+struct ClaimedSocket {
+  int fd;
+  uint64_t serial;
+};
+/// Claims the sockets whose next message sets up or tears down a connection of `ch` (its
+/// listeners, connections accepted for them, its ids' connections in a handshake), up to
+/// `max` of them in `out`: the CM thread stops watching them until they are released.
+/// Returns how many, or max + 1 (claiming none) if there are more. Caller holds cm_mutex.
+size_t claim_channel_sockets(const EventChannel* ch, ClaimedSocket* out, size_t max);
+/// Gives claimed sockets back to the CM thread. Caller holds cm_mutex.
+void release_channel_sockets(const ClaimedSocket* claimed, size_t n);
+/// Handles what socket `fd` has ready, as the CM thread would, if it still carries `ch`'s
+/// events (it may have been closed and its number reused). Caller holds cm_mutex.
+void serve_socket(const EventChannel* ch, int fd);
 
 /// Watches an id's socket: a listener for connections, a connection for messages, or
 /// (with `connecting`) a non-blocking connect for its completion. Caller holds cm_mutex.

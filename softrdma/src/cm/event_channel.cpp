@@ -10,6 +10,7 @@
 
 #include "cm/cm_context.hpp"
 #include "cm/cm_objects.hpp"
+#include "cm/serving_wait.hpp"
 #include "common/export.hpp"
 
 namespace softrdma::cm {
@@ -182,6 +183,15 @@ SOFTRDMA_EXPORT int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event
     return -1;
   }
   ++ch->waiters;
+  // Serve the channel's sockets while waiting (serving_wait.hpp); rounds that bring no event
+  // leave the rest of the wait to the CM thread.
+  const int fd = channel->fd;
+  for (int round = 0; round < kServedRounds && ch->queue.empty() && !ch->destroyed; ++round) {
+    lock.unlock();
+    const bool served = serve_channel_once(ch, fd);
+    lock.lock();
+    if (!served) break;
+  }
   // Woken by post_event; an event dropped with its id before we run leaves the queue empty.
   ch->arrived.wait(lock, [ch] { return !ch->queue.empty() || ch->destroyed; });
   if (ch->destroyed) ch->arrived.wait(lock, [] { return false; });  // never returns
