@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cm/cm_context.hpp"
+#include "common/current_pid.hpp"
 #include "common/log.hpp"
 #include "wire/socket_io.hpp"
 
@@ -56,8 +57,8 @@ void loop();
 
 // Caller holds the mutex. A forked child gets a fresh engine and thread.
 void ensure_started(Engine& e) {
-  if (e.pid == getpid()) return;
-  e.pid = getpid();
+  if (e.pid == current_pid()) return;
+  e.pid = current_pid();
   e.watches.clear();
   e.timers.clear();
   e.epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -375,7 +376,7 @@ bool in_handshake(int fd, const Watch& w) {
 
 size_t claim_channel_sockets(const EventChannel* ch, ClaimedSocket* out, size_t max) {
   Engine& e = engine();
-  if (e.pid != getpid()) return 0;
+  if (e.pid != current_pid()) return 0;
   size_t n = 0;
   for (const auto& [fd, w] : e.watches) {
     if (w.connecting || channel_of(w) != ch || !in_handshake(fd, w)) continue;

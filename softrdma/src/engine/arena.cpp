@@ -17,6 +17,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "common/current_pid.hpp"
 #include "common/log.hpp"
 
 namespace softrdma {
@@ -58,9 +59,9 @@ void hold_life_lock(pthread_mutex_t* life) {
 Arena& Arena::self() {
   std::lock_guard lock(g_arena_mutex);
   // A forked child gets its own arena: the inherited one belongs to the parent.
-  if (!g_arena || g_arena_pid != getpid()) {
+  if (!g_arena || g_arena_pid != current_pid()) {
     g_arena = new Arena();
-    g_arena_pid = getpid();
+    g_arena_pid = current_pid();
   }
   return *g_arena;
 }
@@ -181,9 +182,9 @@ std::shared_ptr<PeerArena> map_peer_arena(const ProcessId& owner, int arena_fd) 
   static auto& peers = *new std::unordered_map<uint64_t, std::shared_ptr<PeerArena>>();
   static pid_t peers_pid = 0;
   std::lock_guard lock(mutex);
-  if (peers_pid != getpid()) {  // mappings made by a parent are not ours to reuse
+  if (peers_pid != current_pid()) {  // mappings made by a parent are not ours to reuse
     peers.clear();
-    peers_pid = getpid();
+    peers_pid = current_pid();
   }
   const uint64_t key = (static_cast<uint64_t>(owner.pid) << 40) ^ owner.start_time;
   if (auto it = peers.find(key); it != peers.end()) {

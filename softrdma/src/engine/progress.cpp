@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/current_pid.hpp"
 #include "engine/requester.hpp"
 
 namespace softrdma {
@@ -85,8 +86,8 @@ void progress_schedule(Qp* qp, Clock::time_point when) {
   auto [it, fresh] = s.due.emplace(qp, when);
   if (!fresh && when < it->second) it->second = when;
   g_pending.store(static_cast<uint32_t>(s.due.size()), std::memory_order_relaxed);
-  if (s.thread_pid != getpid()) {
-    s.thread_pid = getpid();
+  if (s.thread_pid != current_pid()) {
+    s.thread_pid = current_pid();
     std::thread(helper_thread).detach();
   }
   s.wake.notify_one();

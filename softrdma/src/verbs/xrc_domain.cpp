@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstdio>
 
+#include "common/current_pid.hpp"
 #include "verbs/objects.hpp"
 #include "verbs/ops.hpp"
 
@@ -28,7 +29,8 @@ uint64_t file_domain_id(const struct stat& st) {
 
 uint64_t private_domain_id() {
   static std::atomic<uint32_t> next{0};
-  return kPrivateDomain | (static_cast<uint64_t>(getpid()) << 24) | (next.fetch_add(1) & 0xFFFFFF);
+  return kPrivateDomain | (static_cast<uint64_t>(current_pid()) << 24) |
+         (next.fetch_add(1) & 0xFFFFFF);
 }
 
 // Joins (or, with O_CREAT, creates) the domain of the file open as `fd`: returns the

@@ -10,6 +10,7 @@
 #include <map>
 #include <thread>
 
+#include "common/current_pid.hpp"
 #include "common/log.hpp"
 #include "engine/memory_access.hpp"
 #include "wire/socket_io.hpp"
@@ -53,9 +54,9 @@ std::shared_ptr<Link> Link::to(uint32_t ipv4_be, uint16_t port) {
   static auto& links = *new std::map<std::pair<uint32_t, uint16_t>, std::shared_ptr<Link>>();
   static pid_t links_pid = 0;
   std::lock_guard lock(mutex);
-  if (links_pid != getpid()) {  // a forked child does not share its parent's connections
+  if (links_pid != current_pid()) {  // a forked child does not share its parent's connections
     links.clear();
-    links_pid = getpid();
+    links_pid = current_pid();
   }
   const std::pair destination{ipv4_be, port};
   if (auto it = links.find(destination); it != links.end() && it->second->alive())

@@ -16,6 +16,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "common/current_pid.hpp"
 #include "common/log.hpp"
 #include "wire/inbound_connection.hpp"
 #include "wire/protocol.hpp"
@@ -204,7 +205,7 @@ void ensure_listening() {
   static std::mutex mutex;
   static pid_t listening_pid = 0;
   std::lock_guard lock(mutex);
-  if (listening_pid == getpid()) return;
+  if (listening_pid == current_pid()) return;
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   const int epfd = epoll_create1(EPOLL_CLOEXEC);
   if (fd < 0 || epfd < 0) {
@@ -227,7 +228,7 @@ void ensure_listening() {
     close(epfd);
     return;
   }
-  listening_pid = getpid();
+  listening_pid = current_pid();
   // Never destroyed: the loop serves until the process ends.
   auto* loop = new ResponderLoop(fd, epfd);
   std::thread([loop] { loop->run(); }).detach();
