@@ -18,6 +18,7 @@
 #include <cstdlib>
 
 #include "cm_fixture.hpp"
+#include "fork_child.hpp"
 
 namespace softrdma_test {
 namespace {
@@ -26,7 +27,8 @@ namespace {
 // Children.
 
 constexpr const char* kChildFlag = "--cm-child";
-constexpr unsigned kChildAlarmSeconds = 15;
+// Longer than fork_child.hpp's: these children set up network namespaces first.
+constexpr unsigned kExecChildAlarmSeconds = 15;
 /// The address timeout the "no route" child passes to rdma_resolve_addr.
 constexpr int kUnroutableTimeoutMs = 500;
 
@@ -42,16 +44,13 @@ struct Report {
   uint32_t qpn = 0;        // the child's QP
 };
 
-/// This program, started again as a child in `role`. The destructor kills and reaps it.
-class ChildProcess {
+/// This program, started again as a child in `role`; always reaped (ReapedChild).
+class ChildProcess : public ReapedChild {
  public:
   ChildProcess() = default;
   ~ChildProcess() {
-    if (pid_ > 0) Kill();
     if (in_ >= 0) close(in_);
   }
-  ChildProcess(const ChildProcess&) = delete;
-  ChildProcess& operator=(const ChildProcess&) = delete;
 
   bool Start(const std::string& role, uint16_t port) {
     char exe[PATH_MAX] = {};
@@ -64,8 +63,8 @@ class ChildProcess {
     std::fflush(nullptr);
     pid_ = fork();
     if (pid_ == 0) {
-      alarm(kChildAlarmSeconds);  // survives exec: the child cannot outlive its bound
-      fcntl(fds[1], F_SETFD, 0);  // the report pipe survives exec
+      alarm(kExecChildAlarmSeconds);  // survives exec: the child cannot outlive its bound
+      fcntl(fds[1], F_SETFD, 0);      // the report pipe survives exec
       execv(exe, argv);
       _exit(127);
     }
@@ -78,31 +77,7 @@ class ChildProcess {
     return read_all(in_, r, sizeof *r, timeout);
   }
 
-  /// SIGKILLs the child and reaps it; returns the wait status.
-  int Kill() {
-    kill(pid_, SIGKILL);
-    int status = -1;
-    waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return status;
-  }
-
-  /// Waits up to `timeout` for the child to end (then kills it); returns the wait status.
-  int Wait(Millis timeout = kTimeout) {
-    int status = -1;
-    const auto deadline = Clock::now() + timeout;
-    for (;;) {
-      const pid_t r = waitpid(pid_, &status, WNOHANG);
-      if (r == pid_ || r < 0) break;
-      if (Clock::now() > deadline) return Kill();
-      std::this_thread::sleep_for(Millis{2});
-    }
-    pid_ = -1;
-    return status;
-  }
-
  private:
-  pid_t pid_ = -1;
   int in_ = -1;
 };
 

@@ -60,31 +60,16 @@ class Link {
   int out_ = -1;
 };
 
-/// A fork()ed child running `body` (its return value is the exit status). The destructor
-/// kills and reaps a child that was not waited for. Fork before the parent connects QPs:
-/// connecting starts helper threads, and one that is starting while fork() runs can leave
-/// the sanitizers' allocator locked in the child (ASan's allocator takes no fork lock).
-class Child {
+/// A child process that is always reaped: Wait() bounds how long it may still run, and the
+/// destructor kills and reaps one that was not waited for.
+class ReapedChild {
  public:
-  template <typename Body>
-  Child(Link& link, Body body) {
-    std::fflush(nullptr);
-    pid_ = fork();
-    if (pid_ == 0) {
-      alarm(kChildAlarmSeconds);
-      link.become_child();
-      _exit(body());
-    }
-    if (pid_ > 0) link.become_parent();
+  ReapedChild() = default;
+  ~ReapedChild() {
+    if (pid_ > 0) Kill();
   }
-  ~Child() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
-  Child(const Child&) = delete;
-  Child& operator=(const Child&) = delete;
+  ReapedChild(const ReapedChild&) = delete;
+  ReapedChild& operator=(const ReapedChild&) = delete;
 
   bool started() const { return pid_ > 0; }
   pid_t pid() const { return pid_; }
@@ -96,11 +81,7 @@ class Child {
     for (;;) {
       const pid_t r = waitpid(pid_, &status, WNOHANG);
       if (r == pid_ || r < 0) break;
-      if (Clock::now() > deadline) {
-        kill(pid_, SIGKILL);
-        waitpid(pid_, &status, 0);
-        break;
-      }
+      if (Clock::now() > deadline) return Kill();
       std::this_thread::sleep_for(Millis{1});
     }
     pid_ = -1;
@@ -115,8 +96,27 @@ class Child {
     return status;
   }
 
- private:
+ protected:
   pid_t pid_ = -1;
+};
+
+/// A fork()ed child running `body` (its return value is the exit status). Fork before the
+/// parent connects QPs: connecting starts helper threads, and one that is starting while
+/// fork() runs can leave the sanitizers' allocator locked in the child (ASan's allocator
+/// takes no fork lock).
+class Child : public ReapedChild {
+ public:
+  template <typename Body>
+  Child(Link& link, Body body) {
+    std::fflush(nullptr);
+    pid_ = fork();
+    if (pid_ == 0) {
+      alarm(kChildAlarmSeconds);
+      link.become_child();
+      _exit(body());
+    }
+    if (pid_ > 0) link.become_parent();
+  }
 };
 
 inline ::testing::AssertionResult exited_with(int status, int code) {
