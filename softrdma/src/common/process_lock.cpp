@@ -7,14 +7,8 @@
 #include <csignal>
 #include <ctime>
 
-#include "common/process_identity.hpp"
-
 namespace softrdma {
 namespace {
-
-uint32_t self_pid() {
-  return static_cast<uint32_t>(self_process().pid);
-}
 
 void futex_wait(std::atomic<uint32_t>* word, uint32_t expected) {
   // Bounded sleep: the owner may die without waking anyone; we re-check its liveness.
@@ -32,18 +26,8 @@ bool owner_gone(uint32_t owner_pid) {
 
 }  // namespace
 
-bool ProcessLock::try_lock() {
-  uint32_t expected = 0;
-  return word_.compare_exchange_strong(expected, self_pid(), std::memory_order_acquire,
-                                       std::memory_order_relaxed);
-}
-
-void ProcessLock::lock() {
-  if (!try_lock()) lock_slow();
-}
-
 void ProcessLock::lock_slow() {
-  const uint32_t me = self_pid();
+  const uint32_t me = static_cast<uint32_t>(current_pid());
   bool slept = false;
   for (int spins = 0;; ++spins) {
     uint32_t seen = word_.load(std::memory_order_relaxed);
@@ -73,8 +57,8 @@ void ProcessLock::lock_slow() {
   }
 }
 
-void ProcessLock::unlock() {
-  if (word_.exchange(0, std::memory_order_release) & kWaitersBit) futex_wake(&word_);
+void ProcessLock::wake_one() {
+  futex_wake(&word_);
 }
 
 }  // namespace softrdma

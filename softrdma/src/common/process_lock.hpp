@@ -9,17 +9,29 @@
 #include <atomic>
 #include <cstdint>
 
+#include "common/current_pid.hpp"
+
 namespace softrdma {
 
 class ProcessLock {
  public:
-  void lock();
-  bool try_lock();
-  void unlock();
+  /// Inline: the uncontended lock is on every completion's path.
+  void lock() {
+    if (!try_lock()) lock_slow();
+  }
+  bool try_lock() {
+    uint32_t expected = 0;
+    return word_.compare_exchange_strong(expected, static_cast<uint32_t>(current_pid()),
+                                         std::memory_order_acquire, std::memory_order_relaxed);
+  }
+  void unlock() {
+    if (word_.exchange(0, std::memory_order_release) & kWaitersBit) wake_one();
+  }
 
  private:
   static constexpr uint32_t kWaitersBit = 0x80000000u;
   void lock_slow();
+  void wake_one();
   std::atomic<uint32_t> word_{0};
 };
 static_assert(sizeof(ProcessLock) == 4, "ProcessLock is embedded in shared-memory layouts");
