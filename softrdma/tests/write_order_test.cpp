@@ -32,7 +32,10 @@ void PrintTo(const PingPongCase& c, std::ostream* out) {
 // The ping-pong stops early, still checking every round it plays, when it has run this long:
 // on a loaded or single-CPU machine each round may wait for the peer to be scheduled.
 constexpr Millis kPlayBudget{4000};
-static_assert(kPlayBudget < std::chrono::seconds{kChildAlarmSeconds} / 2);
+// How long one side waits for the other's message or its own completion: far beyond any
+// scheduling delay, so a round that takes this long lost its message.
+constexpr Millis kRoundTimeout{3000};
+static_assert(kPlayBudget + kRoundTimeout < std::chrono::seconds{kChildAlarmSeconds});
 
 // Pings are odd and pongs even, so neither side mistakes its own marker for the peer's.
 uint8_t ping_marker(uint64_t round) {
@@ -54,11 +57,11 @@ std::string play(bool client, ibv_qp* qp, ibv_cq* cq, uint8_t* slot, uint32_t lk
     if (post_send(qp, rdma_wr(round, IBV_WR_RDMA_WRITE, peer.addr, peer.rkey), {sge}) != 0)
       return false;
     ibv_wc wc{};
-    return poll_wc(cq, Millis{2000}, &wc) && wc.status == IBV_WC_SUCCESS;
+    return poll_wc(cq, kRoundTimeout, &wc) && wc.status == IBV_WC_SUCCESS;
   };
   // Spins, as a latency test would, but lets the peer run when it may share this CPU.
   auto await = [&](uint8_t expected) {
-    const auto deadline = Clock::now() + Millis{2000};
+    const auto deadline = Clock::now() + kRoundTimeout;
     for (uint32_t spins = 1; marker.load(std::memory_order_acquire) != expected; ++spins) {
       if (spins % 1024 != 0) continue;
       if (Clock::now() > deadline) return false;
@@ -70,20 +73,27 @@ std::string play(bool client, ibv_qp* qp, ibv_cq* cq, uint8_t* slot, uint32_t lk
   // byte, which the server reads once the ping's last byte is there (bytes land in order).
   static_assert(kMinimumMessage >= 2, "the first byte is the stop flag, the last the marker");
   std::atomic_ref<uint8_t> last_round(slot[0]);
-  const auto stop_at = Clock::now() + kPlayBudget;
+  const auto started = Clock::now();
+  const auto stop_at = started + kPlayBudget;
+  // What a failed round saw: the whole message as it stands, and when.
+  auto failed = [&](uint64_t r, const char* what) {
+    std::string out =
+        "round " + std::to_string(r) + ", " +
+        std::to_string(std::chrono::duration_cast<Millis>(Clock::now() - started).count()) +
+        " ms in: " + what + "; the message holds";
+    for (size_t i = 0; i < message && i < 16; ++i)
+      out += " " + std::to_string(std::atomic_ref<uint8_t>(slot[i]).load());
+    return out;
+  };
   for (uint64_t r = 0;; ++r) {
     if (client) {
       last_round.store(r + 1 == rounds || Clock::now() > stop_at, std::memory_order_relaxed);
       marker.store(ping_marker(r), std::memory_order_relaxed);
     }
-    if (!client && !await(ping_marker(r)))
-      return "round " + std::to_string(r) + ": no ping; the last byte holds " +
-             std::to_string(marker.load());
+    if (!client && !await(ping_marker(r))) return failed(r, "no ping");
     if (!client) marker.store(pong_marker(r), std::memory_order_relaxed);
-    if (!write(r)) return "round " + std::to_string(r) + ": the WRITE failed";
-    if (client && !await(pong_marker(r)))
-      return "round " + std::to_string(r) + ": no pong; the last byte holds " +
-             std::to_string(marker.load());
+    if (!write(r)) return failed(r, "the WRITE did not complete");
+    if (client && !await(pong_marker(r))) return failed(r, "no pong");
     if (last_round.load(std::memory_order_relaxed)) break;
   }
   return {};

@@ -4,21 +4,34 @@
 #include <unistd.h>
 
 namespace softrdma {
+namespace detail {
+
+// Written before other threads can read it (at load, or under the static guard below) and
+// in a fork()ed child before any other thread runs there.
+pid_t g_current_pid = 0;
+
 namespace {
 
-// Written when first needed and in a fork()ed child, before any other thread runs there.
-pid_t g_pid = 0;
-
 void refresh() {
-  g_pid = getpid();
+  g_current_pid = getpid();
+}
+
+bool watch_forks() {
+  refresh();
+  pthread_atfork(nullptr, nullptr, refresh);
+  return true;
+}
+
+[[gnu::constructor]] void at_load() {
+  first_current_pid();
 }
 
 }  // namespace
 
-pid_t current_pid() {
-  [[maybe_unused]] static const bool registered =
-      (refresh(), pthread_atfork(nullptr, nullptr, refresh), true);
-  return g_pid;
+pid_t first_current_pid() {
+  [[maybe_unused]] static const bool watching = watch_forks();
+  return g_current_pid;
 }
 
+}  // namespace detail
 }  // namespace softrdma

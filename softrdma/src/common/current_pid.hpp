@@ -1,12 +1,21 @@
 // This process's pid without a system call: glibc's getpid() no longer caches it, and the
-// checks "is this object from before a fork()?" run on every connection and every CQ.
+// checks "is this object from before a fork()?" and every cross-process lock need it.
 #pragma once
 
 #include <sys/types.h>
 
 namespace softrdma {
 
-/// What getpid() returns, read from a variable that a fork() child handler refreshes.
-pid_t current_pid();
+namespace detail {
+/// Set when the library is loaded (or first asked) and in every fork()ed child.
+extern pid_t g_current_pid;
+pid_t first_current_pid();
+}  // namespace detail
+
+/// What getpid() returns: one load on the common path.
+inline pid_t current_pid() {
+  const pid_t pid = detail::g_current_pid;
+  return pid != 0 ? pid : detail::first_current_pid();
+}
 
 }  // namespace softrdma

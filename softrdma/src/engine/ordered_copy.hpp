@@ -43,7 +43,7 @@ inline void stores_before_here() {
 
 /// Copies `n` bytes (not overlapping) so that the last kOrderedTail bytes are stored once,
 /// after every other byte; shorter copies store ascending pieces, none twice.
-inline void copy_tail_last(void* dst, const void* src, size_t n) {
+[[gnu::always_inline]] inline void copy_tail_last(void* dst, const void* src, size_t n) {
   auto* d = static_cast<unsigned char*>(dst);
   const auto* s = static_cast<const unsigned char*>(src);
   if (n >= kOrderedTail) {
@@ -67,7 +67,7 @@ inline void copy_tail_last(void* dst, const void* src, size_t n) {
 
 /// As copy_tail_last, for ranges that may overlap (a QP connected to itself copying a region
 /// onto itself): those are moved, with no promise about order.
-inline void move_tail_last(void* dst, const void* src, size_t n) {
+[[gnu::always_inline]] inline void move_tail_last(void* dst, const void* src, size_t n) {
   const auto* d = static_cast<const unsigned char*>(dst);
   const auto* s = static_cast<const unsigned char*>(src);
   if (d < s + n && s < d + n)
