@@ -70,7 +70,8 @@ std::string play(bool client, ibv_qp* qp, ibv_cq* cq, uint8_t* slot, uint32_t lk
     return true;
   };
   // Both sides stop after the same round: the client says which in the message's first
-  // byte, which the server reads once the ping's last byte is there (bytes land in order).
+  // byte. The server reads it as soon as the ping's last byte is there (bytes land in order),
+  // before it answers: once the pong is out, the next ping may overwrite it.
   static_assert(kMinimumMessage >= 2, "the first byte is the stop flag, the last the marker");
   std::atomic_ref<uint8_t> last_round(slot[0]);
   const auto started = Clock::now();
@@ -86,15 +87,19 @@ std::string play(bool client, ibv_qp* qp, ibv_cq* cq, uint8_t* slot, uint32_t lk
     return out;
   };
   for (uint64_t r = 0;; ++r) {
+    bool last = false;
     if (client) {
-      last_round.store(r + 1 == rounds || Clock::now() > stop_at, std::memory_order_relaxed);
+      last = r + 1 == rounds || Clock::now() > stop_at;
+      last_round.store(last, std::memory_order_relaxed);
       marker.store(ping_marker(r), std::memory_order_relaxed);
+    } else {
+      if (!await(ping_marker(r))) return failed(r, "no ping");
+      last = last_round.load(std::memory_order_relaxed) != 0;
+      marker.store(pong_marker(r), std::memory_order_relaxed);
     }
-    if (!client && !await(ping_marker(r))) return failed(r, "no ping");
-    if (!client) marker.store(pong_marker(r), std::memory_order_relaxed);
     if (!write(r)) return failed(r, "the WRITE did not complete");
     if (client && !await(pong_marker(r))) return failed(r, "no pong");
-    if (last_round.load(std::memory_order_relaxed)) break;
+    if (last) break;
   }
   return {};
 }
