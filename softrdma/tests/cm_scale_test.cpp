@@ -3,8 +3,6 @@
 // descriptor table that does not stall the process as connections add descriptors.
 #include <poll.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <fstream>
@@ -12,6 +10,7 @@
 #include <string>
 
 #include "cm_fixture.hpp"
+#include "fork_child.hpp"
 
 namespace softrdma_test {
 namespace {
@@ -438,12 +437,11 @@ size_t expected_descriptor_table() {
 TEST(CmDescriptors, TableIsGrownWhenTheLibraryLoadsAndInForkedChildren) {
   const size_t expected = expected_descriptor_table();
   EXPECT_GE(descriptor_table_size(), expected);
-  const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) _exit(descriptor_table_size() >= expected ? 0 : 1);
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+  Link link;
+  ASSERT_TRUE(link.ok());
+  Child child(link, [expected] { return descriptor_table_size() >= expected ? 0 : 1; });
+  ASSERT_TRUE(child.started());
+  EXPECT_TRUE(exited_with(child.Wait(), 0))
       << "a forked child's table is smaller than " << expected;
 }
 
