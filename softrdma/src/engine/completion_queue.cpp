@@ -2,10 +2,37 @@
 
 #include <unistd.h>
 
+#include <vector>
+
 namespace softrdma {
 
 size_t cq_shared_bytes(uint32_t capacity) {
-  return sizeof(CqShared) + sizeof(CqEntry) * capacity;
+  return sizeof(CqShared) + sizeof(CqSlot) * capacity;
+}
+
+namespace {
+
+void fill(CqSlot& slot, const CqEntry& entry, uint64_t position) {
+  slot.entry = entry;
+  slot.stamp.store(position + 1, std::memory_order_release);
+}
+
+}  // namespace
+
+bool cq_relay(CqShared* cq, uint32_t capacity) {
+  const uint64_t head = cq->head.load(std::memory_order_acquire);
+  const uint64_t tail = cq->tail;
+  if (tail - head > capacity) return false;
+  std::vector<CqEntry> waiting;
+  waiting.reserve(tail - head);
+  for (uint64_t i = head; i < tail; ++i)
+    waiting.push_back(cq->slots()[i & (cq->capacity - 1)].entry);
+  // Positions keep their numbers. Any stamp left in a slot names a position before the
+  // tail, so none can pass for a position still to come.
+  cq->capacity = capacity;
+  for (uint64_t i = head; i < tail; ++i)
+    fill(cq->slots()[i & (capacity - 1)], waiting[i - head], i);
+  return true;
 }
 
 void signal_eventfd(PeerArena& owner, int owner_fd) {
@@ -37,14 +64,18 @@ template <class OwnerOf>
 bool push(OwnerOf owner, CqShared* cq, const CqEntry& entry, bool solicited) {
   {
     ProcessLockGuard guard(cq->producer_lock);
-    const uint64_t tail = cq->tail.load(std::memory_order_relaxed);
-    if (tail - cq->head.load(std::memory_order_acquire) >= cq->capacity) {
-      if (cq->overrun.exchange(1) == 0)
-        async_push(owner(), cq->context_offset, IBV_EVENT_CQ_ERR, cq->owner_handle);
-      return false;
+    const uint64_t tail = cq->tail;
+    // The consumer's line is read only when the ring looks full from what was last seen.
+    if (tail - cq->head_seen >= cq->capacity) {
+      cq->head_seen = cq->head.load(std::memory_order_acquire);
+      if (tail - cq->head_seen >= cq->capacity) {
+        if (cq->overrun.exchange(1) == 0)
+          async_push(owner(), cq->context_offset, IBV_EVENT_CQ_ERR, cq->owner_handle);
+        return false;
+      }
     }
-    cq->entries()[tail & (cq->capacity - 1)] = entry;
-    cq->tail.store(tail + 1, std::memory_order_release);
+    fill(cq->slots()[tail & (cq->capacity - 1)], entry, tail);
+    cq->tail = tail + 1;
   }
   // An RMW, paired with the one in req_notify_cq: either it sees the CQ armed, or the
   // arming thread's next poll sees this entry. Plain store-then-load on both sides could
@@ -72,14 +103,17 @@ bool cq_push_own(PeerArena& (*self)(), CqShared* cq, const CqEntry& entry, bool 
 void cq_purge_qp(CqShared* cq, uint32_t qpn) {
   ProcessLockGuard guard(cq->producer_lock);  // no producer appends meanwhile
   const uint64_t head = cq->head.load(std::memory_order_acquire);
-  const uint64_t tail = cq->tail.load(std::memory_order_relaxed);
+  const uint64_t tail = cq->tail;
   const uint64_t mask = cq->capacity - 1;
   // Kept entries slide toward the tail, so the ring's newest end stays where producers
   // write; the head then skips what was removed.
   uint64_t kept_from = tail;
   for (uint64_t i = tail; i-- > head;) {
-    const CqEntry e = cq->entries()[i & mask];
-    if (e.qp_num != qpn) cq->entries()[--kept_from & mask] = e;
+    const CqEntry e = cq->slots()[i & mask].entry;
+    if (e.qp_num != qpn) {
+      --kept_from;
+      fill(cq->slots()[kept_from & mask], e, kept_from);
+    }
   }
   cq->head.store(kept_from, std::memory_order_release);
 }

@@ -15,6 +15,11 @@ namespace softrdma {
 /// Bytes of arena needed for a CQ of `capacity` entries.
 size_t cq_shared_bytes(uint32_t capacity);
 
+/// Re-lays the waiting completions for a new capacity (caller holds producer_lock; the
+/// ring's memory reaches that far). False if more are waiting than the new size holds.
+/// A ring starts zeroed, as arena memory does: no slot holds a stamp yet.
+bool cq_relay(CqShared* cq, uint32_t capacity);
+
 /// Appends a completion and wakes the owner's completion channel if the CQ is armed for it.
 /// Returns false on overrun (the entry is dropped and IBV_EVENT_CQ_ERR is raised).
 bool cq_push(PeerArena& owner, CqShared* cq, const CqEntry& entry, bool solicited);
@@ -28,11 +33,15 @@ template <class Take>
 int cq_take(CqShared* cq, int max, Take take) {
   for (;;) {
     uint64_t head = cq->head.load(std::memory_order_relaxed);
-    const uint64_t ready = cq->tail.load(std::memory_order_acquire) - head;
-    const int n = static_cast<int>(std::min<uint64_t>(ready, static_cast<uint64_t>(max)));
+    const uint64_t mask = cq->capacity - 1;
+    int n = 0;
+    for (; n < max; ++n) {
+      CqSlot& slot = cq->slots()[(head + n) & mask];
+      if (slot.stamp.load(std::memory_order_acquire) != head + n + 1) break;
+      // Producers never overwrite a slot before the head moves past it.
+      take(n, slot.entry);
+    }
     if (n == 0) return 0;
-    // Producers never overwrite entries before the head moves past them.
-    for (int i = 0; i < n; ++i) take(i, cq->entries()[(head + i) & (cq->capacity - 1)]);
     // Several owner threads may poll one CQ: the CAS decides who consumed the entries.
     if (cq->head.compare_exchange_weak(head, head + n, std::memory_order_acq_rel)) return n;
   }

@@ -23,19 +23,20 @@ void recv_queue_init(RecvQueueShared* rq, uint32_t capacity, uint32_t max_sge) {
 
 int recv_queue_post(RecvQueueShared* rq, const ibv_recv_wr& wr) {
   if (wr.num_sge < 0 || static_cast<uint32_t>(wr.num_sge) > rq->max_sge) return EINVAL;
-  ProcessLockGuard guard(rq->lock);
-  if (rq->tail - rq->head >= rq->capacity) return ENOMEM;
-  RecvWqe* w = rq->wqe(rq->tail);
+  ProcessLockGuard guard(rq->post_lock);
+  const uint64_t tail = rq->tail.load(std::memory_order_relaxed);
+  // The takers' line is read only when the queue looks full from what was last seen.
+  if (tail - rq->head_seen >= rq->capacity) {
+    rq->head_seen = rq->head.load(std::memory_order_acquire);
+    if (tail - rq->head_seen >= rq->capacity) return ENOMEM;
+  }
+  RecvWqe* w = rq->wqe(tail);
   w->wr_id = wr.wr_id;
   w->num_sge = static_cast<uint32_t>(wr.num_sge);
   if (wr.num_sge) std::memcpy(w->sge(), wr.sg_list, sizeof(ibv_sge) * wr.num_sge);
-  ++rq->tail;
+  w->stamp.store(static_cast<uint32_t>(tail + 1), std::memory_order_release);
+  rq->tail.store(tail + 1, std::memory_order_release);
   return 0;
-}
-
-uint32_t recv_queue_depth(RecvQueueShared* rq) {
-  ProcessLockGuard guard(rq->lock);
-  return static_cast<uint32_t>(rq->tail - rq->head);
 }
 
 }  // namespace softrdma

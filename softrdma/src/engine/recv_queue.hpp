@@ -12,12 +12,31 @@
 namespace softrdma {
 
 size_t recv_queue_bytes(uint32_t capacity, uint32_t max_sge);
+/// Lays a queue out in freshly allocated (zeroed) arena memory: no slot holds a stamp yet.
 void recv_queue_init(RecvQueueShared* rq, uint32_t capacity, uint32_t max_sge);
 
 /// Appends a receive request; ENOMEM when full, EINVAL with too many SGEs.
 int recv_queue_post(RecvQueueShared* rq, const ibv_recv_wr& wr);
 
-/// Number of receive requests waiting.
-uint32_t recv_queue_depth(RecvQueueShared* rq);
+/// The oldest request, or null if none is posted. The caller holds rq->lock, and reads the
+/// request before it calls recv_queue_pop, which lets the owner reuse its slot.
+inline RecvWqe* recv_queue_front(RecvQueueShared* rq) {
+  const uint64_t head = rq->head.load(std::memory_order_relaxed);
+  RecvWqe* w = rq->wqe(head);
+  return w->stamp.load(std::memory_order_acquire) == static_cast<uint32_t>(head + 1) ? w : nullptr;
+}
+inline void recv_queue_pop(RecvQueueShared* rq) {
+  rq->head.store(rq->head.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+}
+
+/// Requests posted and not yet taken (caller holds rq->lock).
+inline uint64_t recv_queue_waiting(RecvQueueShared* rq) {
+  return rq->tail.load(std::memory_order_acquire) - rq->head.load(std::memory_order_relaxed);
+}
+
+/// Drops every request not yet taken (caller holds rq->lock).
+inline void recv_queue_discard(RecvQueueShared* rq) {
+  rq->head.store(rq->tail.load(std::memory_order_acquire), std::memory_order_release);
+}
 
 }  // namespace softrdma

@@ -8,6 +8,7 @@
 #include "engine/memory_access.hpp"
 #include "engine/memory_windows.hpp"
 #include "engine/qp_types.hpp"
+#include "engine/recv_queue.hpp"
 
 namespace softrdma {
 namespace {
@@ -117,16 +118,16 @@ ResponderReply deliver_to_receive(TargetQp& t, const Landing& m, const InboundRe
   bool dest_ok;
   {
     ProcessLockGuard guard(rq->lock);
-    if (rq->head == rq->tail) {
+    RecvWqe* w = recv_queue_front(rq);
+    if (!w) {
       if (!reliable) return dropped();  // nobody is ready to receive it
       return {Kind::kRnr, IBV_WC_SUCCESS, t.qp->min_rnr_timer};
     }
-    RecvWqe* w = rq->wqe(rq->head);
     wr_id = w->wr_id;
     dest_ok = write_imm || pin_sge_list(dest, w->sge(), static_cast<int>(w->num_sge), m.owner(),
                                         rq->pd_id, IBV_ACCESS_LOCAL_WRITE);
-    ++rq->head;
-    if (rq->is_srq && rq->limit && rq->tail - rq->head < rq->limit) {
+    recv_queue_pop(rq);
+    if (rq->is_srq && rq->limit && recv_queue_waiting(rq) < rq->limit) {
       rq->limit = 0;
       async_push(*m.arena, rq->context_offset, IBV_EVENT_SRQ_LIMIT_REACHED, rq->owner_handle);
     }
@@ -371,9 +372,9 @@ void flush_receive_queue(PeerArena& owner, QpShared* qp) {
   auto* rq = owner.at<RecvQueueShared>(qp->recv_queue_offset);
   auto* cq = owner.at<CqShared>(qp->recv_cq_offset);
   ProcessLockGuard guard(rq->lock);
-  for (; rq->head != rq->tail; ++rq->head) {
+  for (RecvWqe* w; (w = recv_queue_front(rq)); recv_queue_pop(rq)) {
     CqEntry e{};
-    e.wr_id = rq->wqe(rq->head)->wr_id;
+    e.wr_id = w->wr_id;
     e.status = IBV_WC_WR_FLUSH_ERR;
     e.qp_num = qp->qpn;
     cq_push(owner, cq, e, true);

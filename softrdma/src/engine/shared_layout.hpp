@@ -4,6 +4,7 @@
 
 #include <infiniband/verbs.h>
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 
 #include "common/process_lock.hpp"
@@ -28,50 +29,81 @@ struct CqEntry {
   uint16_t pad;
   uint64_t send_seq;  // send completions: retires the QP's send queue up to this WR
 };
-static_assert(sizeof(CqEntry) == 56, "CQ rings are sized in these entries");
+static_assert(sizeof(CqEntry) == 56);
 
+/// A ring slot: the entry and the position it holds (plus one; 0 is "never written"). The
+/// producer stores the stamp last, so the consumer learns from the one cache line it reads
+/// anyway that the entry is there, without reading the producers' tail.
+struct alignas(64) CqSlot {
+  CqEntry entry;
+  std::atomic<uint64_t> stamp;
+};
+static_assert(sizeof(CqSlot) == 64, "one slot per cache line: a poll moves one line per entry");
+
+inline constexpr size_t kCacheLine = 64;
+
+/// A CQ ring in its owner's arena. Producers (the owner's send path, peers delivering
+/// receives) and the consumer (the owner's polls) each write only their own cache line, so a
+/// busy ring moves one line per completion between the processes, not the whole header.
 struct CqShared {
-  ProcessLock producer_lock;
-  uint32_t capacity;  // power of two
-  std::atomic<uint64_t> head;
-  std::atomic<uint64_t> tail;
-  std::atomic<uint32_t> armed;  // CqArm
-  std::atomic<uint32_t> overrun;
+  // Set at creation (capacity also by ibv_resize_cq under producer_lock); read by everyone.
+  uint32_t capacity;        // power of two
+  int32_t channel_eventfd;  // -1 without a completion channel
+  uint64_t context_offset;  // ContextShared of the owner, for async events
+  uint64_t owner_handle;    // the owner's struct ibv_cq*, for async events
+
+  // The producers' line.
+  alignas(kCacheLine) ProcessLock producer_lock;
+  std::atomic<uint32_t> armed;           // CqArm
+  std::atomic<uint32_t> overrun;         // IBV_EVENT_CQ_ERR raised
   std::atomic<uint32_t> events_pending;  // notifications not yet taken by ibv_get_cq_event
-  int32_t channel_eventfd;               // -1 without a completion channel
-  uint64_t context_offset;               // ContextShared of the owner, for async events
-  uint64_t owner_handle;                 // the owner's struct ibv_cq*, for async events
+  uint64_t tail;                         // next position to fill; guarded by producer_lock
+  uint64_t head_seen;  // a head the producers read: the ring is full only if it looks full
+
+  // The consumer's line.
+  alignas(kCacheLine) std::atomic<uint64_t> head;  // next position to poll
 
   // The ring follows the header.
-  CqEntry* entries() { return reinterpret_cast<CqEntry*>(this + 1); }
+  CqSlot* slots() { return reinterpret_cast<CqSlot*>(this + 1); }
 };
-static_assert(sizeof(CqShared) % alignof(CqEntry) == 0);
+static_assert(sizeof(CqShared) % alignof(CqSlot) == 0);
 
 enum CqArm : uint32_t { kCqDisarmed = 0, kCqArmedAll = 1, kCqArmedSolicited = 2 };
 
 struct RecvWqe {
   uint64_t wr_id;
   uint32_t num_sge;
-  uint32_t pad;
+  // The position it holds, plus one (mod 2^32), stored last: a consumer learns from the WQE
+  // itself that it is there. A slot is rewritten every lap, so an old stamp is off by a
+  // multiple of the capacity and never matches.
+  std::atomic<uint32_t> stamp;
 
   // num_sge entries follow.
   ibv_sge* sge() { return reinterpret_cast<ibv_sge*>(this + 1); }
 };
 
-/// A receive queue (a QP's own, or a shared receive queue).
+/// A receive queue (a QP's own, or a shared receive queue). The owner posts on its line, the
+/// processes delivering messages take on theirs.
 struct RecvQueueShared {
-  ProcessLock lock;
+  // Set at creation; read by everyone.
   uint32_t capacity;
   uint32_t max_sge;
   uint32_t stride;  // bytes per RecvWqe
-  uint64_t head;    // guarded by lock
-  uint64_t tail;    // guarded by lock
-  uint32_t limit;   // SRQ limit; 0 = not armed
   uint32_t is_srq;
   uint32_t pd_id;
   uint32_t pad;
   uint64_t context_offset;
   uint64_t owner_handle;  // the owner's struct ibv_srq*, for the limit event
+
+  // The posting line: the owner's threads.
+  alignas(kCacheLine) ProcessLock post_lock;
+  std::atomic<uint64_t> tail;  // next position to post (consumers read it for the SRQ limit)
+  uint64_t head_seen;          // a head the poster read: full only if it looks full
+
+  // The taking line: peers delivering messages, a flush.
+  alignas(kCacheLine) ProcessLock lock;
+  uint32_t limit;              // SRQ limit, 0 = not armed; guarded by lock
+  std::atomic<uint64_t> head;  // next position to take; written under lock
 
   // `capacity` entries of `stride` bytes follow the header.
   RecvWqe* wqe(uint64_t index) {

@@ -185,13 +185,7 @@ SOFTRDMA_EXPORT int ibv_resize_cq(ibv_cq* cq, int cqe) {
   const uint32_t capacity = std::bit_ceil(static_cast<uint32_t>(cqe));
   if (capacity > to_cq(cq)->ring_reserve) return ENOMEM;  // the ring cannot move
   ProcessLockGuard guard(s->producer_lock);
-  const uint64_t head = s->head.load(), tail = s->tail.load();
-  if (tail - head > capacity) return EINVAL;
-  // Re-lay the waiting completions out for the new mask; positions keep their numbers.
-  std::vector<CqEntry> waiting;
-  for (uint64_t i = head; i < tail; ++i) waiting.push_back(s->entries()[i & (s->capacity - 1)]);
-  s->capacity = capacity;
-  for (uint64_t i = head; i < tail; ++i) s->entries()[i & (capacity - 1)] = waiting[i - head];
+  if (!cq_relay(s, capacity)) return EINVAL;
   cq->cqe = static_cast<int>(capacity);
   return 0;
 }

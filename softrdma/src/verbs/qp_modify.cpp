@@ -6,6 +6,7 @@
 
 #include "common/export.hpp"
 #include "engine/completion_queue.hpp"
+#include "engine/recv_queue.hpp"
 #include "engine/requester.hpp"
 #include "engine/responder.hpp"
 #include "verbs/device_limits.hpp"
@@ -180,7 +181,7 @@ void reset(Qp& q) {
   restart_sequence(q.shared);
   if (q.rq) {
     ProcessLockGuard guard(q.rq->lock);
-    q.rq->head = q.rq->tail;
+    recv_queue_discard(q.rq);
   }
   const uint32_t qpn = q.qpx.qp_base.qp_num;
   if (q.send_cq) cq_purge_qp(q.send_cq->shared, qpn);
