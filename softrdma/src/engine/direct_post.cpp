@@ -3,7 +3,9 @@
 #include <cstring>
 
 #include "engine/atomic_word.hpp"
+#include "engine/completion_queue.hpp"
 #include "engine/ordered_copy.hpp"
+#include "engine/recv_queue.hpp"
 #include "engine/region_cache.hpp"
 #include "engine/requester.hpp"
 #include "engine/responder.hpp"
@@ -41,6 +43,10 @@ bool remote_of(const ibv_send_wr& wr, Remote& out) {
   }
 }
 
+bool is_send(ibv_wr_opcode op) {
+  return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM;
+}
+
 // The request's shape is one the fast path carries out.
 bool common_shape(const Qp& qp, const ibv_send_wr& wr) {
   if (wr.num_sge != 1 || qp.cap.max_send_sge < 1 || (wr.send_flags & ~kDirectFlags)) return false;
@@ -48,9 +54,9 @@ bool common_shape(const Qp& qp, const ibv_send_wr& wr) {
   if (is_atomic(wr.opcode))
     return length == sizeof(uint64_t) && wr.wr.atomic.remote_addr % sizeof(uint64_t) == 0 &&
            !(wr.send_flags & IBV_SEND_INLINE);
-  if (length == 0 || length > limits::kMaxMsgSize) return false;
-  return !(wr.send_flags & IBV_SEND_INLINE) ||
-         (wr.opcode == IBV_WR_RDMA_WRITE && length <= qp.cap.max_inline_data);
+  if (length > limits::kMaxMsgSize || (length == 0 && !is_send(wr.opcode))) return false;
+  const bool may_be_inline = wr.opcode == IBV_WR_RDMA_WRITE || is_send(wr.opcode);
+  return !(wr.send_flags & IBV_SEND_INLINE) || (may_be_inline && length <= qp.cap.max_inline_data);
 }
 
 // The local buffer of the single SGE, checked against this QP's PD; null if not allowed.
@@ -58,7 +64,8 @@ char* local_buffer(const Qp& qp, const ibv_send_wr& wr) {
   const ibv_sge& sge = wr.sg_list[0];
   if (wr.send_flags & IBV_SEND_INLINE) return reinterpret_cast<char*>(sge.addr);
   const MrSlot* s = Registry::instance().mr_slot(sge.lkey);
-  const uint32_t need = wr.opcode == IBV_WR_RDMA_WRITE ? 0 : IBV_ACCESS_LOCAL_WRITE;
+  const bool reads_it = wr.opcode == IBV_WR_RDMA_WRITE || is_send(wr.opcode);
+  const uint32_t need = reads_it ? 0 : IBV_ACCESS_LOCAL_WRITE;
   if (!s || s->key.load(std::memory_order_acquire) != sge.lkey || s->kind != KeyKind::kRegion ||
       (s->access & IBV_ACCESS_ON_DEMAND) ||
       !admits(*s, sge.addr, sge.length, self_process(), qp.pd_id, need))
@@ -66,14 +73,60 @@ char* local_buffer(const Qp& qp, const ibv_send_wr& wr) {
   return reinterpret_cast<char*>(s->host_addr + (sge.addr - s->iova));
 }
 
-// The connected peer takes this request: alive, RC, receiving, connected back to us, and
-// granting the right on the QP.
-bool peer_takes(const Qp& qp, const TargetQp& t, uint32_t access) {
+// The connected peer takes requests: alive, RC, receiving and connected back to us.
+bool peer_takes(const Qp& qp, const TargetQp& t) {
   const QpShared* p = t.qp;
   return t.current() && t.arena->owner_alive() && p->qp_type == IBV_QPT_RC &&
          accepts_requests(p->state.load(std::memory_order_acquire)) &&
-         p->dest_qpn == qp.qpx.qp_base.qp_num &&
-         (p->access_flags.load(std::memory_order_relaxed) & access);
+         p->dest_qpn == qp.qpx.qp_base.qp_num;
+}
+
+bool peer_grants(const TargetQp& t, uint32_t access) {
+  return t.qp->access_flags.load(std::memory_order_relaxed) & access;
+}
+
+// A SEND into the peer's oldest posted receive, if that is the common case: the peer's own
+// receive queue (an SRQ may have another PD), one SGE that holds the message. Anything
+// else (no receive posted, a receive too small or not allowed) takes nothing from the
+// queue and is left to the general path, which reports it as it always has.
+bool deliver_send(Qp& qp, TargetQp& t, const ibv_send_wr& wr, const char* local) {
+  QpShared* p = t.qp;
+  if (p->uses_srq) return false;
+  auto* rq = t.arena->at<RecvQueueShared>(p->recv_queue_offset);
+  const uint32_t length = wr.sg_list[0].length;
+  RegionCache::Pinned dest;
+  uint64_t wr_id;
+  {
+    ProcessLockGuard guard(rq->lock);
+    RecvWqe* w = recv_queue_front(rq);
+    if (!w || w->num_sge > 1) return false;
+    if (length) {
+      const ibv_sge& sge = w->sge()[0];
+      if (w->num_sge == 0 || sge.length < length ||
+          !qp.region_cache.pin(t, sge.lkey, sge.addr, length, IBV_ACCESS_LOCAL_WRITE, dest))
+        return false;
+    }
+    wr_id = w->wr_id;
+    recv_queue_pop(rq);
+  }
+  if (length) {
+    std::memcpy(dest.here, local, length);
+    RegionCache::unpin(dest);
+  }
+  CqEntry e{};
+  e.wr_id = wr_id;
+  e.status = IBV_WC_SUCCESS;
+  e.opcode = IBV_WC_RECV;
+  e.byte_len = length;
+  e.qp_num = t.qpn;
+  e.src_qp = qp.qpx.qp_base.qp_num;
+  if (wr.opcode == IBV_WR_SEND_WITH_IMM) {
+    e.imm_data = wr.imm_data;
+    e.wc_flags = IBV_WC_WITH_IMM;
+  }
+  cq_push(*t.arena, t.arena->at<CqShared>(p->recv_cq_offset), e,
+          wr.send_flags & IBV_SEND_SOLICITED);
+  return true;
 }
 
 // The atomic on the target word (engine/atomic_word.hpp); returns the original value.
@@ -93,9 +146,10 @@ uint64_t atomic_on(const ibv_send_wr& wr, const TargetQp& t, const RegionCache::
 }  // namespace
 
 bool post_direct(Qp& qp, const ibv_send_wr& wr) {
-  Remote remote;
-  if (!remote_of(wr, remote) || qp.qpx.qp_base.qp_type != IBV_QPT_RC || !qp.peer_on_this_host ||
-      !qp.blocked.empty() || !qp.peer.slot || !common_shape(qp, wr) ||
+  Remote remote{};
+  const bool send = is_send(wr.opcode);
+  if ((!send && !remote_of(wr, remote)) || qp.qpx.qp_base.qp_type != IBV_QPT_RC ||
+      !qp.peer_on_this_host || !qp.blocked.empty() || !qp.peer.slot || !common_shape(qp, wr) ||
       qp.shared->state.load(std::memory_order_acquire) != IBV_QPS_RTS || !requester_has_room(qp, 1))
     return false;
   char* local = local_buffer(qp, wr);
@@ -104,27 +158,31 @@ bool post_direct(Qp& qp, const ibv_send_wr& wr) {
   TargetQp& t = qp.peer;
   const uint32_t length = wr.sg_list[0].length;
   t.slot->users.fetch_add(1, std::memory_order_seq_cst);  // the target QP stays while we work
-  RegionCache::Pinned target;
-  const bool taken =
-      peer_takes(qp, t, remote.access) &&
-      qp.region_cache.pin(t, remote.rkey, remote.addr, length, remote.access, target);
-  if (taken) {
-    if (wr.opcode == IBV_WR_RDMA_WRITE) {
-      move_tail_last(target.here, local, length);
-    } else if (wr.opcode == IBV_WR_RDMA_READ) {
-      move_tail_last(local, target.here, length);
-    } else {
-      const uint64_t original = atomic_on(wr, t, target);
-      std::memcpy(local, &original, sizeof original);
+  bool taken = peer_takes(qp, t);
+  if (taken && send) {
+    taken = deliver_send(qp, t, wr, local);
+  } else if (taken) {
+    RegionCache::Pinned target;
+    taken = peer_grants(t, remote.access) &&
+            qp.region_cache.pin(t, remote.rkey, remote.addr, length, remote.access, target);
+    if (taken) {
+      if (wr.opcode == IBV_WR_RDMA_WRITE) {
+        move_tail_last(target.here, local, length);
+      } else if (wr.opcode == IBV_WR_RDMA_READ) {
+        move_tail_last(local, target.here, length);
+      } else {
+        const uint64_t original = atomic_on(wr, t, target);
+        std::memcpy(local, &original, sizeof original);
+      }
+      RegionCache::unpin(target);
     }
-    RegionCache::unpin(target);
   }
   t.slot->users.fetch_sub(1, std::memory_order_release);
   if (!taken) return false;
 
   const uint64_t seq = ++qp.next_seq;
   if (qp.sq_sig_all || (wr.send_flags & IBV_SEND_SIGNALED)) {
-    const uint32_t byte_len = wr.opcode == IBV_WR_RDMA_WRITE ? 0 : length;
+    const uint32_t byte_len = wr.opcode == IBV_WR_RDMA_WRITE || send ? 0 : length;
     push_send_completion(qp, wr.wr_id, wr.opcode, IBV_WC_SUCCESS, byte_len, seq);
   }
   return true;

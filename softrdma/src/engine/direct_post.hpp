@@ -1,7 +1,8 @@
-// The same-host fast path of ibv_post_send: the common one-sided request (RDMA WRITE, READ,
-// fetch-and-add, compare-and-swap; one SGE) of an RC QP whose peer is on this host, carried
-// out in place as a plain memory access, with no work-request record and no lock shared
-// with other processes beyond what an atomic needs.
+// The same-host fast path of ibv_post_send: the common request of an RC QP whose peer is on
+// this host (RDMA WRITE, READ, fetch-and-add, compare-and-swap, or a SEND into the peer's
+// own receive queue; one SGE), carried out in place as plain memory accesses, with no
+// work-request record and no lock shared with other processes beyond the receive queue's
+// and the completion queue's.
 #pragma once
 
 #include <infiniband/verbs.h>
