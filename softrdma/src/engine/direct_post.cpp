@@ -89,7 +89,7 @@ bool peer_grants(const TargetQp& t, uint32_t access) {
 // receive queue (an SRQ may have another PD), one SGE that holds the message. Anything
 // else (no receive posted, a receive too small or not allowed) takes nothing from the
 // queue and is left to the general path, which reports it as it always has.
-bool deliver_send(Qp& qp, TargetQp& t, const ibv_send_wr& wr, const char* local) {
+[[gnu::noinline]] bool deliver_send(Qp& qp, TargetQp& t, const ibv_send_wr& wr, const char* local) {
   QpShared* p = t.qp;
   if (p->uses_srq) return false;
   auto* rq = t.arena->at<RecvQueueShared>(p->recv_queue_offset);

@@ -32,30 +32,4 @@ bool RegionCache::fill(Entry& e, const TargetQp& target, uint32_t key) {
   return here != nullptr;
 }
 
-bool RegionCache::pin(const TargetQp& target, uint32_t key, uint64_t addr, uint64_t length,
-                      uint32_t access, Pinned& out) {
-  Entry& e = entries_[Registry::mr_index(key) & (kEntries - 1)];
-  if (e.key != key || e.target_generation != target.generation) {
-    if (!fill(e, target, key)) return false;
-  }
-  if ((e.access & access) != access || addr < e.iova || length > e.length ||
-      addr - e.iova > e.length - length)
-    return false;
-  if (!pin_published(*e.slot, *e.users, key)) {
-    e.key = 0;
-    return false;
-  }
-  if (e.slot->generation.load(std::memory_order_relaxed) != e.generation) {
-    // Re-registered since it was cached (ibv_rereg_mr keeps the key): describe it afresh.
-    unpin(Pinned{nullptr, 0, e.users, false});
-    e.key = 0;
-    return false;
-  }
-  out.here = e.here + (addr - e.iova);
-  out.host_addr = e.host_addr + (addr - e.iova);
-  out.users = e.users;
-  out.on_shared_pages = e.on_shared_pages;
-  return true;
-}
-
 }  // namespace softrdma

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "engine/memory_access.hpp"
 #include "engine/registry.hpp"
 #include "engine/responder.hpp"
 
@@ -29,8 +30,32 @@ class RegionCache {
   /// and with every bit of `access`. False when that is not allowed or the region cannot be
   /// reached by a plain memory access here (a window, an on-demand region of this process,
   /// a peer's region outside shared pages): the general path then decides.
-  bool pin(const TargetQp& target, uint32_t key, uint64_t addr, uint64_t length, uint32_t access,
-           Pinned& out);
+  /// Inline: the common hit is on every same-host operation's path.
+  [[gnu::always_inline]] bool pin(const TargetQp& target, uint32_t key, uint64_t addr,
+                                  uint64_t length, uint32_t access, Pinned& out) {
+    Entry& e = entries_[Registry::mr_index(key) & (kEntries - 1)];
+    if (e.key != key || e.target_generation != target.generation) {
+      if (!fill(e, target, key)) return false;
+    }
+    if ((e.access & access) != access || addr < e.iova || length > e.length ||
+        addr - e.iova > e.length - length)
+      return false;
+    if (!pin_published(*e.slot, *e.users, key)) {
+      e.key = 0;
+      return false;
+    }
+    if (e.slot->generation.load(std::memory_order_relaxed) != e.generation) {
+      // Re-registered since it was cached (ibv_rereg_mr keeps the key): describe it afresh.
+      unpin(Pinned{nullptr, 0, e.users, false});
+      e.key = 0;
+      return false;
+    }
+    out.here = e.here + (addr - e.iova);
+    out.host_addr = e.host_addr + (addr - e.iova);
+    out.users = e.users;
+    out.on_shared_pages = e.on_shared_pages;
+    return true;
+  }
   static void unpin(const Pinned& p) { p.users->fetch_sub(1, std::memory_order_release); }
 
  private:

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 
 #include "common/export.hpp"
@@ -20,20 +21,28 @@ namespace {
 constexpr uint32_t kMinRingReserve = 65536;
 static_assert(std::has_single_bit(kMinRingReserve));
 
+// A ring entry begins with an ibv_wc's fields, in its layout: polling copies them whole.
+#define SOFTRDMA_SAME_PLACE(field)                                     \
+  static_assert(offsetof(CqEntry, field) == offsetof(ibv_wc, field) && \
+                sizeof(CqEntry::field) == sizeof(ibv_wc::field))
+SOFTRDMA_SAME_PLACE(wr_id);
+SOFTRDMA_SAME_PLACE(status);
+SOFTRDMA_SAME_PLACE(opcode);
+SOFTRDMA_SAME_PLACE(vendor_err);
+SOFTRDMA_SAME_PLACE(byte_len);
+SOFTRDMA_SAME_PLACE(imm_data);
+SOFTRDMA_SAME_PLACE(qp_num);
+SOFTRDMA_SAME_PLACE(src_qp);
+SOFTRDMA_SAME_PLACE(wc_flags);
+SOFTRDMA_SAME_PLACE(pkey_index);
+SOFTRDMA_SAME_PLACE(slid);
+SOFTRDMA_SAME_PLACE(sl);
+SOFTRDMA_SAME_PLACE(dlid_path_bits);
+#undef SOFTRDMA_SAME_PLACE
+static_assert(sizeof(ibv_wc) <= offsetof(CqEntry, send_seq));
+
 void to_wc(const CqEntry& e, ibv_wc& wc) {
-  wc.wr_id = e.wr_id;
-  wc.status = static_cast<ibv_wc_status>(e.status);
-  wc.opcode = static_cast<ibv_wc_opcode>(e.opcode);
-  wc.vendor_err = e.vendor_err;
-  wc.byte_len = e.byte_len;
-  wc.imm_data = e.imm_data;
-  wc.qp_num = e.qp_num;
-  wc.src_qp = e.src_qp;
-  wc.wc_flags = e.wc_flags;
-  wc.pkey_index = e.pkey_index;
-  wc.slid = e.slid;
-  wc.sl = e.sl;
-  wc.dlid_path_bits = e.dlid_path_bits;
+  std::memcpy(&wc, &e, sizeof wc);
 }
 
 }  // namespace
