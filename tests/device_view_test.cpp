@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -178,12 +179,20 @@ TEST(DeviceView, EverythingElseInDevAndSysClassIsTheHostsOwn) {
 
 TEST(DeviceView, OtherProgramsSeeNothingChanged) {
   const bool had_sysfs = fs::exists(kSysfs);
-  const auto e = under_softrdma(std::string("test -d ") + kSysfs);
+  // The launcher stages the view in $TMPDIR: one of this test's own, so that other tests
+  // starting programs meanwhile do not show up in it.
+  char tmpdir[] = "/tmp/device-view-test.XXXXXX";
+  ASSERT_NE(mkdtemp(tmpdir), nullptr);
+  const auto e =
+      under_softrdma(std::string("test -d ") + kSysfs, {}, {std::string("TMPDIR=") + tmpdir});
   ASSERT_TRUE(e.ok()) << e.describe() << "\n" << e.output;
   EXPECT_EQ(fs::exists(kSysfs), had_sysfs);
-  for (const auto& entry : fs::directory_iterator("/tmp"))
-    EXPECT_THAT(entry.path().filename().string(), Not(HasSubstr("softrdma-view.")))
-        << "a staging directory was left behind";
+  for (const auto& entry : fs::directory_iterator(tmpdir))
+    ADD_FAILURE() << "left behind: " << entry.path();
+  fs::remove_all(tmpdir);
+  // That directory was the one used: without it there is nowhere to stage the view.
+  const auto nowhere = under_softrdma("true", {}, {std::string("TMPDIR=") + tmpdir});
+  EXPECT_THAT(nowhere.output, HasSubstr("mkdtemp"));
 }
 
 TEST(DeviceView, SoftrdmaDeviceViewZeroLeavesItOut) {

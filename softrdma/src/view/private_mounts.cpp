@@ -170,8 +170,11 @@ std::string enter_private_mount_namespace() {
 }
 
 std::string show_device(const std::function<std::string(const std::string&)>& write_sysfs) {
-  char staging[] = "/tmp/softrdma-view.XXXXXX";
-  if (!mkdtemp(staging)) return failed("mkdtemp");
+  // In $TMPDIR when set, as temporary files go: a caller can keep it apart from others.
+  const char* tmpdir = std::getenv("TMPDIR");
+  std::string pattern = std::string(tmpdir && *tmpdir ? tmpdir : "/tmp") + "/softrdma-view.XXXXXX";
+  char* staging = mkdtemp(pattern.data());
+  if (!staging) return failed("mkdtemp");
   std::string failure = mount_tmpfs(staging);
   if (failure.empty()) failure = build_and_move(staging, write_sysfs);
   umount2(staging, MNT_DETACH);
