@@ -23,6 +23,11 @@ struct ProgressState {
   std::map<Qp*, Clock::time_point> due;
   std::multiset<Qp*> running;  // QPs being progressed right now (poll_cq or the helper)
   pid_t thread_pid = 0;        // the helper is re-created in a forked child
+  // When the helper wakes by itself; min() while it is awake (it then sees every entry
+  // before it sleeps again). A deadline no earlier needs no wake-up: a request sent
+  // across hosts schedules its answer's deadline, and waking the helper for each would
+  // cost a thread switch per message.
+  Clock::time_point helper_sleeps_until = Clock::time_point::min();
 };
 
 ProgressState& state() {
@@ -71,10 +76,12 @@ void helper_thread() {
   std::unique_lock lock(s.mutex);
   for (;;) {
     const auto earliest = run_due(s, lock);
+    s.helper_sleeps_until = earliest;
     if (earliest == Clock::time_point::max())
       s.wake.wait(lock);
     else
       s.wake.wait_until(lock, earliest);
+    s.helper_sleeps_until = Clock::time_point::min();
   }
 }
 
@@ -88,9 +95,11 @@ void progress_schedule(Qp* qp, Clock::time_point when) {
   g_pending.store(static_cast<uint32_t>(s.due.size()), std::memory_order_relaxed);
   if (s.thread_pid != current_pid()) {
     s.thread_pid = current_pid();
+    s.helper_sleeps_until = Clock::time_point::min();  // a new helper scans before it sleeps
     std::thread(helper_thread).detach();
+  } else if (when < s.helper_sleeps_until) {
+    s.wake.notify_one();
   }
-  s.wake.notify_one();
 }
 
 void progress_forget(Qp* qp) {

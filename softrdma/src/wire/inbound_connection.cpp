@@ -108,6 +108,9 @@ bool InboundConnection::on_readable() {
     }
     filled_ += static_cast<size_t>(r);
     if (!execute_complete()) return false;
+    // A short read took all there was: asking again would only hear EAGAIN (a system call
+    // on every request's path); what arrives later wakes the loop again.
+    if (static_cast<size_t>(r) < want) break;
   }
   return on_writable();
 }
