@@ -70,7 +70,7 @@ void go_back(Qp& qp, SendWork&& w) {
 }
 
 // READ data and atomic results land in the requester's own registered buffers.
-bool deliver_result(Qp& qp, const SendWork& w, const std::vector<char>& payload) {
+bool deliver_result(Qp& qp, const SendWork& w, std::span<const char> payload) {
   PinnedRanges dest;
   if (!pin_sge_list(dest, w.sge, w.num_sge, self_process(), qp.pd_id, IBV_ACCESS_LOCAL_WRITE))
     return false;
@@ -148,7 +148,7 @@ namespace wire {
 
 namespace {
 
-void answer_received(Qp* qp, Link& link, const Response& r, std::vector<char>& payload) {
+void answer_received(Qp* qp, Link& link, const Response& r, std::span<const char> payload) {
   std::lock_guard lock(qp->sq_mutex);
   // Answers come in order; anything else is an answer to a request already given up.
   if (qp->inflight.empty() || qp->inflight.front().psn != r.psn ||
@@ -203,7 +203,7 @@ void answer_received(Qp* qp, Link& link, const Response& r, std::vector<char>& p
 
 }  // namespace
 
-void on_response(Link& link, const Response& r, std::vector<char>& payload) {
+void on_response(Link& link, const Response& r, std::span<const char> payload) {
   // The QP cannot be destroyed while its answer is handled.
   with_local_qp(r.src_qpn, [&](Qp& qp) { answer_received(&qp, link, r, payload); });
 }

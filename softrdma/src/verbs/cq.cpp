@@ -11,6 +11,7 @@
 #include "verbs/device_limits.hpp"
 #include "verbs/objects.hpp"
 #include "verbs/ops.hpp"
+#include "wire/link.hpp"
 
 using namespace softrdma;
 
@@ -45,14 +46,8 @@ void to_wc(const CqEntry& e, ibv_wc& wc) {
   std::memcpy(&wc, &e, sizeof wc);
 }
 
-}  // namespace
-
-namespace softrdma {
-
-int poll_cq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
-  if (num_entries < 0) return -EINVAL;
-  run_due_progress();
-  CqShared* shared = to_cq(cq)->shared;
+// Takes up to `num_entries` completions into `wc`, retiring the send queues they complete.
+int take_completions(CqShared* shared, int num_entries, ibv_wc* wc) {
   constexpr int kBatch = 16;
   uint64_t send_seq[kBatch];
   int done = 0;
@@ -72,6 +67,19 @@ int poll_cq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
     if (got < want) break;
   }
   return done;
+}
+
+}  // namespace
+
+namespace softrdma {
+
+int poll_cq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
+  if (num_entries < 0) return -EINVAL;
+  run_due_progress();
+  // Answers that other hosts sent this process's requests are taken here and now, instead
+  // of by the link's reader thread woken for them; they may complete something on this CQ.
+  wire::Link::take_arrived_responses();
+  return take_completions(to_cq(cq)->shared, num_entries, wc);
 }
 
 int req_notify_cq(ibv_cq* cq, int solicited_only) {

@@ -5,6 +5,8 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <map>
@@ -45,29 +47,67 @@ int connect_to(uint32_t ipv4_be, uint16_t port) {
   return fd;
 }
 
+// Every link of this process, by destination (never destroyed: verbs called from other
+// threads may still reach it while exit() runs).
+struct Links {
+  std::mutex mutex;
+  std::map<std::pair<uint32_t, uint16_t>, std::shared_ptr<Link>> by_destination;
+  pid_t pid = 0;                 // a forked child does not share its parent's connections
+  std::atomic<size_t> count{0};  // read without the mutex: skip when none
+};
+
+Links& links() {
+  static auto* all = new Links;
+  return *all;
+}
+
 }  // namespace
 
 std::shared_ptr<Link> Link::to(uint32_t ipv4_be, uint16_t port) {
   if (port == 0) return nullptr;
-  static std::mutex mutex;
-  // Never destroyed: verbs called from other threads may still reach it while exit() runs.
-  static auto& links = *new std::map<std::pair<uint32_t, uint16_t>, std::shared_ptr<Link>>();
-  static pid_t links_pid = 0;
-  std::lock_guard lock(mutex);
-  if (links_pid != current_pid()) {  // a forked child does not share its parent's connections
-    links.clear();
-    links_pid = current_pid();
+  Links& l = links();
+  std::lock_guard lock(l.mutex);
+  if (l.pid != current_pid()) {
+    l.by_destination.clear();
+    l.pid = current_pid();
   }
   const std::pair destination{ipv4_be, port};
-  if (auto it = links.find(destination); it != links.end() && it->second->alive())
+  if (auto it = l.by_destination.find(destination);
+      it != l.by_destination.end() && it->second->alive())
     return it->second;
   int fd = connect_to(ipv4_be, port);
   if (fd < 0) return nullptr;
   std::shared_ptr<Link> link(new Link(fd));
   link->self_ = link;
-  links[destination] = link;
+  l.by_destination[destination] = link;
+  l.count.store(l.by_destination.size(), std::memory_order_relaxed);
   std::thread(read_loop, link).detach();
   return link;
+}
+
+bool Link::take_arrived_responses() {
+  Links& l = links();
+  if (l.count.load(std::memory_order_relaxed) == 0) return false;
+  // Copied out first: handling an answer may retransmit, which looks a link up.
+  constexpr size_t kMostLinks = 8;
+  std::shared_ptr<Link> taken[kMostLinks];
+  size_t n = 0;
+  {
+    std::unique_lock lock(l.mutex, std::try_to_lock);
+    if (!lock || l.pid != current_pid()) return false;
+    for (auto& [destination, link] : l.by_destination)
+      if (n < kMostLinks && link->alive()) taken[n++] = link;
+  }
+  bool handled = false;
+  for (size_t i = 0; i < n; ++i) {
+    Link& link = *taken[i];
+    std::unique_lock reading(link.read_mutex_, std::try_to_lock);
+    if (reading && !link.take_responses(handled)) {
+      reading.unlock();
+      link.shut();  // wakes the reader, which reports the link down
+    }
+  }
+  return handled;
 }
 
 Link::~Link() {
@@ -144,18 +184,58 @@ void Link::flush_loop(std::shared_ptr<Link> self) {
   }
 }
 
-void Link::read_loop(std::shared_ptr<Link> self) {
-  std::vector<char> payload;
-  for (;;) {
-    Response r;
-    if (!read_all(self->fd_, &r, sizeof r)) break;
-    if (!valid(r)) {
-      SOFTRDMA_DEBUG_LOG("malformed response from a peer: connection closed");
-      break;
+bool Link::take_responses(bool& handled) {
+  // Bytes asked of the socket per read, and most asked while a large answer arrives.
+  constexpr size_t kReadChunk = size_t{64} << 10;
+  constexpr size_t kLargeRead = size_t{4} << 20;
+  // Reads per call, so an application's poll returns.
+  constexpr int kReads = 16;
+  if (broken_) return false;
+  for (int reads = 0; reads < kReads; ++reads) {
+    size_t want = kReadChunk;
+    if (filled_ >= sizeof(Response)) {
+      Response h;
+      std::memcpy(&h, input_.data(), sizeof h);
+      if (valid(h) && sizeof h + h.payload_len > filled_)
+        want = std::clamp(sizeof h + h.payload_len - filled_, kReadChunk, kLargeRead);
     }
-    payload.resize(r.payload_len);
-    if (r.payload_len && !read_all(self->fd_, payload.data(), r.payload_len)) break;
-    on_response(*self, r, payload);
+    if (input_.size() < filled_ + want) input_.resize(filled_ + want);
+    const ssize_t r = recv(fd_, input_.data() + filled_, want, MSG_DONTWAIT);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+    if (r <= 0) {  // closed by the peer, or failed
+      broken_ = true;
+      return false;
+    }
+    filled_ += static_cast<size_t>(r);
+    size_t used = 0;
+    while (filled_ - used >= sizeof(Response)) {
+      Response h;
+      std::memcpy(&h, input_.data() + used, sizeof h);
+      if (!valid(h)) {
+        SOFTRDMA_DEBUG_LOG("malformed response from a peer: connection closed");
+        broken_ = true;
+        return false;
+      }
+      if (filled_ - used < sizeof h + h.payload_len) break;
+      on_response(*this, h, std::span<const char>(input_.data() + used + sizeof h, h.payload_len));
+      used += sizeof h + h.payload_len;
+      handled = true;
+    }
+    std::memmove(input_.data(), input_.data() + used, filled_ - used);
+    filled_ -= used;
+    if (static_cast<size_t>(r) < want) return true;  // the socket is empty
+  }
+  return true;
+}
+
+void Link::read_loop(std::shared_ptr<Link> self) {
+  for (;;) {
+    pollfd p{self->fd_, POLLIN, 0};
+    if (poll(&p, 1, -1) < 0 && errno != EINTR) break;
+    std::lock_guard reading(self->read_mutex_);
+    bool handled = false;
+    if (!self->take_responses(handled)) break;
   }
   self->shut();
   on_link_down(*self);

@@ -1,5 +1,7 @@
 // The requester side of the TCP transport: one connection per remote host, shared by all
-// QPs of this process. Responses are read by a thread that sleeps in recv(). A send never
+// QPs of this process. Responses are read by a thread that sleeps in poll(), and by
+// application threads that poll a CQ and find it empty: they take what has arrived
+// themselves, so an answer to a polling application costs no thread wake-up. A send never
 // blocks its caller (who holds a QP's send-queue lock, which the reader needs to complete
 // answers): what the socket does not take at once waits in a backlog that a writer thread,
 // started when first needed, flushes in order.
@@ -12,6 +14,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <vector>
 
 #include "wire/protocol.hpp"
@@ -29,6 +32,11 @@ class Link {
   bool send(const Request& header, const iovec* payload, int count);
   bool alive() const { return alive_.load(std::memory_order_acquire); }
 
+  /// Handles, from the calling application thread, the responses that have arrived on this
+  /// process's links whose reader is not at it. Call it holding no QP's lock (handling an
+  /// answer takes its QP's). True if any response was handled.
+  static bool take_arrived_responses();
+
   ~Link();
   Link(const Link&) = delete;
   Link& operator=(const Link&) = delete;
@@ -36,6 +44,10 @@ class Link {
  private:
   explicit Link(int fd) : fd_(fd) {}
   static void read_loop(std::shared_ptr<Link> self);
+  /// Reads what the socket holds, without waiting, and handles every complete response;
+  /// the caller holds read_mutex_. False once the link is broken (closed by the peer, a
+  /// malformed response): only the reader then reports it down.
+  bool take_responses(bool& handled);
   static void flush_loop(std::shared_ptr<Link> self);
   /// Queues the bytes of `iov` from byte `offset` on; the caller holds write_mutex_.
   void queue(const iovec* iov, int count, size_t offset);
@@ -43,6 +55,10 @@ class Link {
   void shut_holding_lock();
 
   int fd_;
+  std::mutex read_mutex_;    // guards the members below: one thread reads at a time
+  std::vector<char> input_;  // bytes read, up to filled_, not yet handled
+  size_t filled_ = 0;
+  bool broken_ = false;
   std::mutex write_mutex_;  // guards the members below and the order of bytes on fd_
   std::condition_variable backlog_ready_;
   std::deque<std::vector<char>> backlog_;
@@ -53,7 +69,7 @@ class Link {
 };
 
 /// Called by a link's reader for every well-formed response (defined by the requester).
-void on_response(Link& link, const Response& response, std::vector<char>& payload);
+void on_response(Link& link, const Response& response, std::span<const char> payload);
 /// Called when a link breaks: its requests in flight will not be answered.
 void on_link_down(Link& link);
 
