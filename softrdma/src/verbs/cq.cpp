@@ -47,7 +47,7 @@ void to_wc(const CqEntry& e, ibv_wc& wc) {
 }
 
 // Takes up to `num_entries` completions into `wc`, retiring the send queues they complete.
-int take_completions(CqShared* shared, int num_entries, ibv_wc* wc) {
+[[gnu::always_inline]] inline int take_completions(CqShared* shared, int num_entries, ibv_wc* wc) {
   constexpr int kBatch = 16;
   uint64_t send_seq[kBatch];
   int done = 0;

@@ -52,8 +52,7 @@ int connect_to(uint32_t ipv4_be, uint16_t port) {
 struct Links {
   std::mutex mutex;
   std::map<std::pair<uint32_t, uint16_t>, std::shared_ptr<Link>> by_destination;
-  pid_t pid = 0;                 // a forked child does not share its parent's connections
-  std::atomic<size_t> count{0};  // read without the mutex: skip when none
+  pid_t pid = 0;  // a forked child does not share its parent's connections
 };
 
 Links& links() {
@@ -80,14 +79,13 @@ std::shared_ptr<Link> Link::to(uint32_t ipv4_be, uint16_t port) {
   std::shared_ptr<Link> link(new Link(fd));
   link->self_ = link;
   l.by_destination[destination] = link;
-  l.count.store(l.by_destination.size(), std::memory_order_relaxed);
+  open_links.store(l.by_destination.size(), std::memory_order_relaxed);
   std::thread(read_loop, link).detach();
   return link;
 }
 
-bool Link::take_arrived_responses() {
+bool Link::take_arrived_responses_now() {
   Links& l = links();
-  if (l.count.load(std::memory_order_relaxed) == 0) return false;
   // Copied out first: handling an answer may retransmit, which looks a link up.
   constexpr size_t kMostLinks = 8;
   std::shared_ptr<Link> taken[kMostLinks];

@@ -35,7 +35,9 @@ class Link {
   /// Handles, from the calling application thread, the responses that have arrived on this
   /// process's links whose reader is not at it. Call it holding no QP's lock (handling an
   /// answer takes its QP's). True if any response was handled.
-  static bool take_arrived_responses();
+  static bool take_arrived_responses() {
+    return open_links.load(std::memory_order_relaxed) != 0 && take_arrived_responses_now();
+  }
 
   ~Link();
   Link(const Link&) = delete;
@@ -43,6 +45,10 @@ class Link {
 
  private:
   explicit Link(int fd) : fd_(fd) {}
+  static bool take_arrived_responses_now();
+  /// Links of this process (of its parent, in a forked child until it makes one): checked
+  /// inline on every poll, so a process without any pays nothing more.
+  static inline std::atomic<size_t> open_links{0};
   static void read_loop(std::shared_ptr<Link> self);
   /// Reads what the socket holds, without waiting, and handles every complete response;
   /// the caller holds read_mutex_. False once the link is broken (closed by the peer, a
