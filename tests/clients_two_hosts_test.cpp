@@ -68,4 +68,34 @@ INSTANTIATE_TEST_SUITE_P(
                       same_program("read_bw_odp_64KiB", "ib_read_bw --odp -s 65536 -n 500")),
     case_name);
 
+// A link much slower than the requests' ACK timeout: -u 12 gives 16.8 ms x 8 tries = 134 ms,
+// and a 1 MiB message takes 200 ms at 40 Mbit/s. As on a NIC, whose timer restarts with
+// every acknowledged packet, requests that keep moving never time out, however long each
+// one takes.
+class SlowLinkTwoHosts : public ::testing::TestWithParam<PairCase> {
+ protected:
+  static void SetUpTestSuite() {
+    hosts_ = std::make_unique<TwoHosts>();
+    impaired_ = hosts_->ok() && hosts_->impair("tbf rate 40mbit burst 64kb latency 1s");
+  }
+  static void TearDownTestSuite() { hosts_.reset(); }
+  static std::unique_ptr<TwoHosts> hosts_;
+  static bool impaired_;
+};
+std::unique_ptr<TwoHosts> SlowLinkTwoHosts::hosts_;
+bool SlowLinkTwoHosts::impaired_ = false;
+
+TEST_P(SlowLinkTwoHosts, RequestsThatKeepMovingDoNotTimeOut) {
+  if (!hosts_->ok()) GTEST_SKIP() << "no network namespaces here: " << hosts_->reason();
+  if (!impaired_) GTEST_SKIP() << "no traffic shaping here: " << hosts_->reason();
+  rdmakit::testing::run_pair(GetParam(), Placement::kTwoHosts, hosts_.get());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Perftest, SlowLinkTwoHosts,
+    ::testing::Values(same_program("write_1MiB", "ib_write_bw -s 1048576 -n 8 -t 4 -u 12"),
+                      same_program("send_1MiB", "ib_send_bw -s 1048576 -n 8 -t 4 -u 12"),
+                      same_program("read_1MiB", "ib_read_bw -s 1048576 -n 8 -o 4 -u 12")),
+    case_name);
+
 }  // namespace

@@ -135,7 +135,8 @@ INSTANTIATE_TEST_SUITE_P(Transports, RpcBenchRdma, ::testing::Values("rc", "rc+t
 TEST(RpcBenchUd, LossyDelayedLinkBetweenTwoHosts) {
   rdmakit::testing::TwoHosts hosts;
   if (!hosts.ok()) GTEST_SKIP() << "no network namespaces here: " << hosts.reason();
-  if (!hosts.impair("loss 5% delay 20ms")) GTEST_SKIP() << "no netem here: " << hosts.reason();
+  if (!hosts.impair("netem loss 5% delay 20ms"))
+    GTEST_SKIP() << "no netem here: " << hosts.reason();
   const int port = rdmakit::testing::free_tcp_port();
   const std::string url = "ud://" + hosts.address(0) + ":" + std::to_string(port);
   rdmakit::testing::Process server(tool(url + " --serve -D 120", on_softrdma(hosts.on(0))));

@@ -97,6 +97,25 @@ bool closed_by_peer(int fd, Millis wait = kTimeout) {
   return wait_readable(fd, wait) && recv(fd, &byte, 1, MSG_DONTWAIT) == 0;
 }
 
+// A listening socket where a host at `ip` would serve QP `qpn`; -1 with errno on failure.
+int fake_host_listener(const char* ip, uint32_t qpn) {
+  int listener = socket(AF_INET, SOCK_STREAM, 0);
+  int one = 1;
+  setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  setsockopt(listener, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port_of_qpn(qpn));
+  inet_pton(AF_INET, ip, &a.sin_addr);
+  if (bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(listener, 8) != 0) {
+    const int saved = errno;
+    close(listener);
+    errno = saved;
+    return -1;
+  }
+  return listener;
+}
+
 class TcpPathTest : public RcLoopbackTest {
  protected:
   // A QP in RTR makes this process one of the host's softrdma listeners.
@@ -109,6 +128,21 @@ class TcpPathTest : public RcLoopbackTest {
     listening_qpn_ = qp->qp_num;
   }
   uint32_t listening_qpn_ = 0;
+
+  // An RC QP with its CQ, connected to QP `qpn` of a fake host at `ip` (not one of
+  // softrdma0's GIDs, so reached over TCP), with a short ACK timeout: 4 ms, tried twice.
+  void QpToFakeHost(const char* ip, uint32_t qpn, ibv_cq*& cq, ibv_qp*& qp) {
+    cq = NewCq();
+    qp = NewQp(IBV_QPT_RC, cq, cq);
+    ASSERT_NE(qp, nullptr);
+    ibv_gid remote{};
+    remote.raw[10] = remote.raw[11] = 0xff;
+    inet_pton(AF_INET, ip, &remote.raw[12]);
+    RcParams fast;
+    fast.timeout = 10;
+    fast.retry_cnt = 1;
+    ASSERT_EQ(rc_connect(qp, qpn, remote, fast), 0);
+  }
 
   // Sends request `psn` of p_.a's stream to p_.b over `s`: `opcode` on `target` at `at`,
   // with a payload of `length` bytes of `byte` when the opcode carries one. Returns the
@@ -289,16 +323,8 @@ TEST_F(TcpPathTest, MalformedResponsesFailTheRequesterAfterItsRetryBudget) {
   // A fake host at 127.0.0.2 (not one of softrdma0's GIDs, so reached over TCP) answers
   // every request with garbage.
   constexpr uint32_t kFakeQpn = 0x4242;
-  int listener = socket(AF_INET, SOCK_STREAM, 0);
-  int one = 1;
-  setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  setsockopt(listener, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port_of_qpn(kFakeQpn));
-  inet_pton(AF_INET, "127.0.0.2", &a.sin_addr);
-  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a), 0) << strerror(errno);
-  ASSERT_EQ(listen(listener, 8), 0);
+  const int listener = fake_host_listener("127.0.0.2", kFakeQpn);
+  ASSERT_GE(listener, 0) << strerror(errno);
   std::atomic<int> requests_seen{0};
   std::atomic<bool> stop{false};
   std::thread fake([&] {
@@ -317,16 +343,9 @@ TEST_F(TcpPathTest, MalformedResponsesFailTheRequesterAfterItsRetryBudget) {
     }
   });
 
-  ibv_cq* cq = NewCq();
-  ibv_qp* qp = NewQp(IBV_QPT_RC, cq, cq);
-  ASSERT_NE(qp, nullptr);
-  ibv_gid remote{};
-  remote.raw[10] = remote.raw[11] = 0xff;
-  inet_pton(AF_INET, "127.0.0.2", &remote.raw[12]);
-  RcParams fast;
-  fast.timeout = 10;  // 4 ms
-  fast.retry_cnt = 1;
-  ASSERT_EQ(rc_connect(qp, kFakeQpn, remote, fast), 0);
+  ibv_cq* cq = nullptr;
+  ibv_qp* qp = nullptr;
+  ASSERT_NO_FATAL_FAILURE(QpToFakeHost("127.0.0.2", kFakeQpn, cq, qp));
   Buffer src = NewBuffer(8, kRemoteAccess, 1);
   ASSERT_EQ(post_send(qp, rdma_wr(9, IBV_WR_RDMA_WRITE, 0x1000, 0x77), {src.sge()}), 0);
   ASSERT_EQ(post_send(qp, rdma_wr(10, IBV_WR_RDMA_WRITE, 0x1000, 0x77), {src.sge()}), 0);
@@ -351,6 +370,44 @@ TEST_F(TcpPathTest, MalformedResponsesFailTheRequesterAfterItsRetryBudget) {
 // lost with answers still in it, the requests resent on a new one run once. A duplicate is
 // answered again (a READ reads again, an atomic gives its first original value), an early
 // request is refused until the missing ones come, and the sequence goes on from there.
+TEST_F(TcpPathTest, APeerThatTakesRequestsButNeverAnswersTimesOut) {
+  // A fake host at 127.0.0.3 reads everything it is sent and keeps the connection open
+  // without a word: the link stops moving, so the ACK timer is not extended for ever.
+  constexpr uint32_t kFakeQpn = 0x4343;
+  const int listener = fake_host_listener("127.0.0.3", kFakeQpn);
+  ASSERT_GE(listener, 0) << strerror(errno);
+  std::atomic<bool> stop{false};
+  std::thread silent([&] {
+    const int c = accept(listener, nullptr, nullptr);
+    if (c < 0) return;
+    char sink[4096];
+    while (!stop) {
+      if (!wait_readable(c, Millis{50})) continue;
+      if (recv(c, sink, sizeof sink, MSG_DONTWAIT) <= 0) break;
+    }
+    close(c);
+  });
+
+  ibv_cq* cq = nullptr;
+  ibv_qp* qp = nullptr;
+  ASSERT_NO_FATAL_FAILURE(QpToFakeHost("127.0.0.3", kFakeQpn, cq, qp));
+  Buffer src = NewBuffer(8, kRemoteAccess, 1);
+  const auto start = Clock::now();
+  ASSERT_EQ(post_send(qp, rdma_wr(5, IBV_WR_RDMA_WRITE, 0x1000, 0x77), {src.sge()}), 0);
+  const ibv_wc wc = poll_one(cq);
+  const auto waited = Clock::now() - start;
+  EXPECT_EQ(wc.wr_id, 5u);
+  EXPECT_EQ(wc.status, IBV_WC_RETRY_EXC_ERR) << ibv_wc_status_str(wc.status);
+  // Two tries of 4 ms, and at most as long again while the link is watched for progress.
+  EXPECT_GE(waited, Millis{8});
+  EXPECT_LT(waited, Millis{1000});
+  EXPECT_EQ(qp_state(qp), IBV_QPS_ERR);
+  stop = true;
+  shutdown(listener, SHUT_RDWR);
+  close(listener);
+  silent.join();
+}
+
 TEST_F(TcpPathTest, RequestsResentOnANewConnectionRunOnceAndInOrder) {
   ASSERT_NO_FATAL_FAILURE(ConnectPair());
   Buffer target = NewBuffer(64, kRemoteAccess, 0);

@@ -48,11 +48,11 @@ std::vector<std::string> TwoHosts::on(int host) const {
   return {"ip", "netns", "exec", ns_[host]};
 }
 
-bool TwoHosts::impair(const std::string& netem) {
+bool TwoHosts::impair(const std::string& qdisc) {
   for (int h = 0; h < 2; ++h) {
-    std::vector<std::string> argv = {"ip",  "netns", "exec",  ns_[h], "tc",   "qdisc",
-                                     "add", "dev",   dev_[h], "root", "netem"};
-    for (const std::string& w : words(netem)) argv.push_back(w);
+    std::vector<std::string> argv = {"ip",    "netns", "exec", ns_[h],  "tc",
+                                     "qdisc", "add",   "dev",  dev_[h], "root"};
+    for (const std::string& w : words(qdisc)) argv.push_back(w);
     if (!sh(argv, &reason_)) return false;
   }
   return true;

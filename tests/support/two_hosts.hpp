@@ -22,9 +22,10 @@ class TwoHosts {
   std::vector<std::string> on(int host) const;
   /// The IPv4 address of host 0 or 1.
   std::string address(int host) const;
-  /// Impairs both ends of the link with `tc qdisc add ... netem <netem>` (e.g. "loss 5%
-  /// delay 20ms": each direction then loses and delays). False with reason() if tc fails.
-  bool impair(const std::string& netem);
+  /// Impairs both ends of the link with `tc qdisc add ... root <qdisc>` (e.g. "netem loss
+  /// 5% delay 20ms": each direction then loses and delays; "tbf rate 40mbit ...": each
+  /// direction is that slow). False with reason() if tc fails (the kernel may lack it).
+  bool impair(const std::string& qdisc);
 
  private:
   std::string ns_[2];

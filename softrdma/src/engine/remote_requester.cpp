@@ -122,6 +122,18 @@ std::optional<Clock::time_point> expire_inflight(Qp& qp, Clock::time_point now) 
   if (qp.inflight.empty()) return std::nullopt;
   SendWork& oldest = qp.inflight.front();
   if (now < oldest.give_up) return oldest.give_up;
+  // A NIC restarts the timer on every acknowledged packet, so a large request on a slow
+  // link never times out while it moves. Here a request is one message on a socket that
+  // other QPs share too: the timer is extended while the connection moves bytes either way
+  // (the first expiry only takes note, so a stuck peer is found after at most two spans).
+  if (oldest.link && oldest.link->alive()) {
+    const uint64_t moved = oldest.link->progress();
+    if (oldest.link_progress != moved) {
+      oldest.link_progress = moved;
+      oldest.give_up = answer_deadline(qp, now);
+      return oldest.give_up;
+    }
+  }
   SendWork w = std::move(oldest);
   qp.inflight.pop_front();
   fail(qp, w, IBV_WC_RETRY_EXC_ERR);

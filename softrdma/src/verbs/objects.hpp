@@ -10,6 +10,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <vector>
 
@@ -143,6 +144,9 @@ struct SendWork {
   uint32_t rnr_attempts = 0;
   std::chrono::steady_clock::time_point next_attempt{};
   std::chrono::steady_clock::time_point give_up{};  // set while the peer does not answer
+  // TCP transport: what the link had moved when the ACK timer was last extended (see
+  // expire_inflight); unset until the first expiry.
+  std::optional<uint64_t> link_progress;
   // TCP transport: position in the QP's request stream, and the connection it went out on.
   uint32_t psn = 0;
   bool has_psn = false;

@@ -1,6 +1,7 @@
 #include "wire/link.hpp"
 
 #include <fcntl.h>
+#include <linux/tcp.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -106,6 +107,13 @@ bool Link::take_arrived_responses_now() {
     }
   }
   return handled;
+}
+
+uint64_t Link::progress() const {
+  tcp_info info{};
+  socklen_t length = sizeof info;
+  if (getsockopt(fd_, IPPROTO_TCP, TCP_INFO, &info, &length) != 0) return 0;
+  return info.tcpi_bytes_acked + info.tcpi_bytes_received;
 }
 
 Link::~Link() {

@@ -31,6 +31,9 @@ class Link {
   /// payload is copied: the caller may reuse it). False once the connection is broken.
   bool send(const Request& header, const iovec* payload, int count);
   bool alive() const { return alive_.load(std::memory_order_acquire); }
+  /// A count that grows whenever the peer's kernel acknowledges bytes of ours or sends us
+  /// some: unchanged over a while, the peer takes and answers nothing. A system call.
+  uint64_t progress() const;
 
   /// Handles, from the calling application thread, the responses that have arrived on this
   /// process's links whose reader is not at it. Call it holding no QP's lock (handling an
