@@ -30,6 +30,20 @@ bool AsyncQueuePair::List::remove(Operation* op) noexcept {
   return false;
 }
 
+// Inline into the completion handlers: on every operation's path.
+[[gnu::always_inline]] inline void AsyncQueuePair::finish(Operation* op,
+                                                          std::error_code result) noexcept {
+  op->result = result;
+  if (op->timed) {
+    --timed_;
+    --poller_.timed_;
+    if (op->timeout.count() > 0) --poller_.deadlines_;
+    op->unwatch_stop();
+  }
+  --in_flight_;
+  op->waiter.resume();
+}
+
 AsyncQueuePair::AsyncQueuePair(Poller& poller, QueuePair& qp)
     : poller_(poller),
       qp_(qp),
@@ -52,137 +66,7 @@ AsyncQueuePair::~AsyncQueuePair() {
   poller_.detach(this);
 }
 
-void AsyncQueuePair::init(SendOperation& op) noexcept {
-  op.on_completion = &send_completed;
-  op.wr.next = nullptr;
-  op.wr.sg_list = &op.sge;
-  op.wr.num_sge = 1;
-  op.wr.send_flags = 0;
-  op.wr.imm_data = 0;
-}
-
-void AsyncQueuePair::init(RecvOperation& op) noexcept {
-  op.on_completion = &recv_completed;
-  op.wr.sg_list = &op.sge;
-  op.wr.num_sge = 1;
-}
-
-void AsyncQueuePair::set_local(SendOperation& op, LocalBuffer local) const noexcept {
-  op.sge = local.sge();
-  if (local.size() == 0) op.wr.num_sge = 0;
-  // Small payloads travel in the work request: no lkey lookup, the buffer is free at once.
-  if (local.size() <= qp_.caps().inline_size && op.wr.opcode != IBV_WR_RDMA_READ)
-    op.wr.send_flags |= IBV_SEND_INLINE;
-}
-
-AsyncQueuePair::SendAwaiter AsyncQueuePair::write(LocalBuffer local, RemoteBuffer remote,
-                                                  OpOptions options) noexcept {
-  return {this, options, [&](SendOperation& op) {
-            op.wr.opcode = IBV_WR_RDMA_WRITE;
-            op.wr.wr.rdma = {remote.address(), remote.rkey()};
-            set_local(op, local);
-          }};
-}
-
-AsyncQueuePair::SendAwaiter AsyncQueuePair::read(LocalBuffer local, RemoteBuffer remote,
-                                                 OpOptions options) noexcept {
-  return {this, options, [&](SendOperation& op) {
-            op.wr.opcode = IBV_WR_RDMA_READ;
-            op.wr.wr.rdma = {remote.address(), remote.rkey()};
-            set_local(op, local);
-          }};
-}
-
-AsyncQueuePair::SendAwaiter AsyncQueuePair::send(LocalBuffer local, OpOptions options) noexcept {
-  return {this, options, [&](SendOperation& op) {
-            op.wr.opcode = IBV_WR_SEND;
-            set_local(op, local);
-          }};
-}
-
-AsyncQueuePair::SendAwaiter AsyncQueuePair::send_with_imm(LocalBuffer local, uint32_t imm,
-                                                          OpOptions options) noexcept {
-  return {this, options, [&](SendOperation& op) {
-            op.wr.opcode = IBV_WR_SEND_WITH_IMM;
-            op.wr.imm_data = htonl(imm);
-            set_local(op, local);
-          }};
-}
-
-AsyncQueuePair::SendAwaiter AsyncQueuePair::write_with_imm(LocalBuffer local, RemoteBuffer remote,
-                                                           uint32_t imm,
-                                                           OpOptions options) noexcept {
-  return {this, options, [&](SendOperation& op) {
-            op.wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-            op.wr.imm_data = htonl(imm);
-            op.wr.wr.rdma = {remote.address(), remote.rkey()};
-            set_local(op, local);
-          }};
-}
-
-AsyncQueuePair::AtomicAwaiter AsyncQueuePair::compare_swap(LocalBuffer result, RemoteBuffer target,
-                                                           uint64_t expected, uint64_t desired,
-                                                           OpOptions options) noexcept {
-  RDMAKIT_REQUIRE(result.size() == 8 && target.size() == 8,
-                  "compare_swap needs 8-byte local and remote buffers");
-  return {this, options, [&](SendOperation& op) {
-            op.wr.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
-            op.wr.wr.atomic = {target.address(), expected, desired, target.rkey()};
-            op.sge = result.sge();
-          }};
-}
-
-AsyncQueuePair::AtomicAwaiter AsyncQueuePair::fetch_add(LocalBuffer result, RemoteBuffer target,
-                                                        uint64_t add, OpOptions options) noexcept {
-  RDMAKIT_REQUIRE(result.size() == 8 && target.size() == 8,
-                  "fetch_add needs 8-byte local and remote buffers");
-  return {this, options, [&](SendOperation& op) {
-            op.wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
-            op.wr.wr.atomic = {target.address(), add, 0, target.rkey()};
-            op.sge = result.sge();
-          }};
-}
-
-AsyncQueuePair::SendAwaiter AsyncQueuePair::post(const ibv_send_wr& wr,
-                                                 OpOptions options) noexcept {
-  return {this, options, [&](SendOperation& op) {
-            op.wr = wr;
-            op.wr.next = nullptr;
-          }};
-}
-
-AsyncQueuePair::RecvAwaiter AsyncQueuePair::recv(LocalBuffer local, OpOptions options) noexcept {
-  return {this, options, [&](RecvOperation& op) {
-            op.sge = local.sge();
-            if (local.size() == 0) op.wr.num_sge = 0;
-          }};
-}
-
-AsyncQueuePair::RecvAwaiter AsyncQueuePair::recv_imm(OpOptions options) noexcept {
-  return {this, options, [](RecvOperation& op) { op.wr.num_sge = 0; }};
-}
-
-void AsyncQueuePair::submit(Operation* op) noexcept {
-  ++in_flight_;
-  if (op->timeout.count() > 0 || op->stop.stop_possible()) {
-    ++timed_;
-    ++poller_.timed_;
-    if (op->timeout.count() > 0) {
-      ++poller_.deadlines_;
-      op->deadline = Operation::Steady::now() + op->timeout;
-    }
-    // May run request_cancel at once if the stop was already requested.
-    if (op->stop.stop_possible()) op->stop_callback.emplace(op->stop, Operation::OnStop{op});
-  }
-  if (post_now(op)) return;
-  if (op->on_completion == &send_completed)
-    pending_sends_.push(op);
-  else
-    pending_recvs_.push(op);
-  poller_.mark_dirty(this);
-}
-
-bool AsyncQueuePair::post_now(Operation* op) noexcept {
+[[gnu::always_inline]] inline bool AsyncQueuePair::post_now(Operation* op) noexcept {
   // Only on an idle queue (depth 1): with work outstanding, waiting for the poller's flush
   // batches the requests behind one doorbell. Nothing pending either, so a send never
   // overtakes a receive submitted before it.
@@ -214,6 +98,28 @@ bool AsyncQueuePair::post_now(Operation* op) noexcept {
     posted_recvs_.push(op);
   }
   return true;
+}
+
+void AsyncQueuePair::submit(Operation* op) noexcept {
+  ++in_flight_;
+  const bool stoppable = op->stop && op->stop->stop_possible();
+  if (op->timeout.count() > 0 || stoppable) {
+    op->timed = true;
+    ++timed_;
+    ++poller_.timed_;
+    if (op->timeout.count() > 0) {
+      ++poller_.deadlines_;
+      op->deadline = Operation::Steady::now() + op->timeout;
+    }
+    // May run request_cancel at once if the stop was already requested.
+    if (stoppable) op->watch_stop();
+  }
+  if (post_now(op)) return;
+  if (op->on_completion == &send_completed)
+    pending_sends_.push(op);
+  else
+    pending_recvs_.push(op);
+  poller_.mark_dirty(this);
 }
 
 unsigned AsyncQueuePair::flush() noexcept {
@@ -290,18 +196,6 @@ unsigned AsyncQueuePair::flush_recvs() noexcept {
   return posted;
 }
 
-void AsyncQueuePair::finish(Operation* op, std::error_code result) noexcept {
-  op->result = result;
-  if (op->timeout.count() > 0 || op->stop.stop_possible()) {
-    --timed_;
-    --poller_.timed_;
-    if (op->timeout.count() > 0) --poller_.deadlines_;
-    op->stop_callback.reset();  // waits for a callback running on another thread
-  }
-  --in_flight_;
-  op->waiter.resume();
-}
-
 void AsyncQueuePair::fail_qp() noexcept {
   if (failed_) return;
   failed_ = true;
@@ -312,6 +206,13 @@ void AsyncQueuePair::fail_qp() noexcept {
 void AsyncQueuePair::send_completed(Operation* done, const ibv_wc& wc) noexcept {
   AsyncQueuePair& self = *done->qp;
   const bool ok = wc.status == IBV_WC_SUCCESS;
+  if (ok && self.posted_sends_.head == done) {  // it retires only itself (depth 1, or signalled)
+    self.posted_sends_.pop();
+    ++self.send_room_;
+    done->byte_len = wc.byte_len;
+    self.finish(done, detail::kNoError);
+    return;
+  }
   // Unsignalled requests before `done` completed before it; once the QP failed, the device
   // flushed them.
   for (;;) {
@@ -319,7 +220,7 @@ void AsyncQueuePair::send_completed(Operation* done, const ibv_wc& wc) noexcept 
     RDMAKIT_REQUIRE(op != nullptr, "send completion for an operation that was not posted");
     ++self.send_room_;
     const bool last = op == done;
-    std::error_code result;
+    std::error_code result = detail::kNoError;
     if (last && !ok)
       result =
           op->abandoned != Errc{} ? make_error_code(op->abandoned) : completion_error(wc.status);
@@ -340,7 +241,7 @@ void AsyncQueuePair::recv_completed(Operation* done, const ibv_wc& wc) noexcept 
   else
     RDMAKIT_REQUIRE(self.posted_recvs_.remove(done), "receive completion for an unposted receive");
   ++self.recv_room_;
-  std::error_code result;
+  std::error_code result = detail::kNoError;
   if (wc.status != IBV_WC_SUCCESS) {
     self.failed_ = true;
     result =

@@ -11,6 +11,8 @@
 // (std::stop_token) may come from another.
 #pragma once
 
+#include <arpa/inet.h>
+
 #include <cstdint>
 #include <cstring>
 #include <system_error>
@@ -55,7 +57,7 @@ class AsyncQueuePair {
     Awaiter(AsyncQueuePair* owner, OpOptions& options, Fill&& fill) noexcept {
       this->qp = owner;
       this->timeout = options.timeout;
-      if (options.stop) this->stop = *options.stop;
+      this->stop = options.stop;
       owner->init(*this);
       fill(*this);
     }
@@ -139,9 +141,30 @@ class AsyncQueuePair {
     bool remove(detail::Operation* op) noexcept;
   };
 
-  void init(detail::SendOperation& op) noexcept;
-  void init(detail::RecvOperation& op) noexcept;
-  void set_local(detail::SendOperation& op, LocalBuffer local) const noexcept;
+  // Inline: on every operation's path.
+  static void init(detail::SendOperation& op) noexcept {
+    op.on_completion = &send_completed;
+    op.wr.next = nullptr;
+    op.wr.sg_list = &op.sge;
+    op.wr.num_sge = 1;
+    op.wr.send_flags = 0;
+    op.wr.imm_data = 0;
+  }
+  static void init(detail::RecvOperation& op) noexcept {
+    op.on_completion = &recv_completed;
+    op.wr.sg_list = &op.sge;
+    op.wr.num_sge = 1;
+  }
+  /// An RDMA WRITE or READ between `local` and `remote`.
+  SendAwaiter one_sided(ibv_wr_opcode opcode, LocalBuffer local, RemoteBuffer remote,
+                        OpOptions options) noexcept;
+  void set_local(detail::SendOperation& op, LocalBuffer local) const noexcept {
+    op.sge = local.sge();
+    if (local.size() == 0) op.wr.num_sge = 0;
+    // Small payloads travel in the work request: no lkey lookup, the buffer is free at once.
+    if (local.size() <= qp_.caps().inline_size && op.wr.opcode != IBV_WR_RDMA_READ)
+      op.wr.send_flags |= IBV_SEND_INLINE;
+  }
   void submit(detail::Operation* op) noexcept;
   /// Posts `op` at once when the queue is idle; false leaves it to the poller's flush.
   bool post_now(detail::Operation* op) noexcept;
@@ -174,6 +197,101 @@ class AsyncQueuePair {
   AsyncQueuePair* prev_attached_ = nullptr;
   std::atomic<bool> cancel_requested_{false};
 };
+
+// The operations are inline: the awaiter is then built in place, in the caller's frame.
+inline AsyncQueuePair::SendAwaiter AsyncQueuePair::one_sided(ibv_wr_opcode opcode,
+                                                             LocalBuffer local, RemoteBuffer remote,
+                                                             OpOptions options) noexcept {
+  return {this, options, [&](detail::SendOperation& op) {
+            op.wr.opcode = opcode;
+            op.wr.wr.rdma = {remote.address(), remote.rkey()};
+            set_local(op, local);
+          }};
+}
+
+inline AsyncQueuePair::SendAwaiter AsyncQueuePair::write(LocalBuffer local, RemoteBuffer remote,
+                                                         OpOptions options) noexcept {
+  return one_sided(IBV_WR_RDMA_WRITE, local, remote, options);
+}
+
+inline AsyncQueuePair::SendAwaiter AsyncQueuePair::read(LocalBuffer local, RemoteBuffer remote,
+                                                        OpOptions options) noexcept {
+  return one_sided(IBV_WR_RDMA_READ, local, remote, options);
+}
+
+inline AsyncQueuePair::SendAwaiter AsyncQueuePair::send(LocalBuffer local,
+                                                        OpOptions options) noexcept {
+  return {this, options, [&](detail::SendOperation& op) {
+            op.wr.opcode = IBV_WR_SEND;
+            set_local(op, local);
+          }};
+}
+
+inline AsyncQueuePair::SendAwaiter AsyncQueuePair::send_with_imm(LocalBuffer local, uint32_t imm,
+                                                                 OpOptions options) noexcept {
+  return {this, options, [&](detail::SendOperation& op) {
+            op.wr.opcode = IBV_WR_SEND_WITH_IMM;
+            op.wr.imm_data = htonl(imm);
+            set_local(op, local);
+          }};
+}
+
+inline AsyncQueuePair::SendAwaiter AsyncQueuePair::write_with_imm(LocalBuffer local,
+                                                                  RemoteBuffer remote, uint32_t imm,
+                                                                  OpOptions options) noexcept {
+  return {this, options, [&](detail::SendOperation& op) {
+            op.wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+            op.wr.imm_data = htonl(imm);
+            op.wr.wr.rdma = {remote.address(), remote.rkey()};
+            set_local(op, local);
+          }};
+}
+
+inline AsyncQueuePair::AtomicAwaiter AsyncQueuePair::compare_swap(LocalBuffer result,
+                                                                  RemoteBuffer target,
+                                                                  uint64_t expected,
+                                                                  uint64_t desired,
+                                                                  OpOptions options) noexcept {
+  RDMAKIT_REQUIRE(result.size() == 8 && target.size() == 8,
+                  "compare_swap needs 8-byte local and remote buffers");
+  return {this, options, [&](detail::SendOperation& op) {
+            op.wr.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
+            op.wr.wr.atomic = {target.address(), expected, desired, target.rkey()};
+            op.sge = result.sge();
+          }};
+}
+
+inline AsyncQueuePair::AtomicAwaiter AsyncQueuePair::fetch_add(LocalBuffer result,
+                                                               RemoteBuffer target, uint64_t add,
+                                                               OpOptions options) noexcept {
+  RDMAKIT_REQUIRE(result.size() == 8 && target.size() == 8,
+                  "fetch_add needs 8-byte local and remote buffers");
+  return {this, options, [&](detail::SendOperation& op) {
+            op.wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+            op.wr.wr.atomic = {target.address(), add, 0, target.rkey()};
+            op.sge = result.sge();
+          }};
+}
+
+inline AsyncQueuePair::SendAwaiter AsyncQueuePair::post(const ibv_send_wr& wr,
+                                                        OpOptions options) noexcept {
+  return {this, options, [&](detail::SendOperation& op) {
+            op.wr = wr;
+            op.wr.next = nullptr;
+          }};
+}
+
+inline AsyncQueuePair::RecvAwaiter AsyncQueuePair::recv(LocalBuffer local,
+                                                        OpOptions options) noexcept {
+  return {this, options, [&](detail::RecvOperation& op) {
+            op.sge = local.sge();
+            if (local.size() == 0) op.wr.num_sge = 0;
+          }};
+}
+
+inline AsyncQueuePair::RecvAwaiter AsyncQueuePair::recv_imm(OpOptions options) noexcept {
+  return {this, options, [](detail::RecvOperation& op) { op.wr.num_sge = 0; }};
+}
 
 template <>
 inline std::error_code AsyncQueuePair::SendAwaiter::await_resume() noexcept {

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <coroutine>
 #include <cstdint>
+#include <new>
 #include <optional>
 #include <stop_token>
 #include <system_error>
@@ -25,14 +26,19 @@ struct OpOptions {
   /// Zero: no timeout. A posted operation that times out moves its QP to ERROR (the device
   /// must stop touching the buffer before the awaiter completes) and ends with Errc::timed_out.
   std::chrono::nanoseconds timeout{0};
-  /// Cancellation; same rule as a timeout once the operation is posted, Errc::canceled. A
-  /// pointer (copied when the operation starts) keeps OpOptions trivially destructible: GCC 12
-  /// may destroy a non-trivial temporary of a co_await expression twice.
+  /// Cancellation; same rule as a timeout once the operation is posted, Errc::canceled. The
+  /// token must live until the operation is awaited (it is read then: the usual
+  /// `co_await qp.write(..., {.stop = &token})` is fine). A pointer keeps OpOptions trivially
+  /// destructible: GCC 12 may destroy a non-trivial temporary of a co_await expression twice.
   const std::stop_token* stop = nullptr;
 };
 static_assert(std::is_trivially_destructible_v<OpOptions>);
 
 namespace detail {
+
+/// An empty error code, copied where one is needed: constructing one calls
+/// std::system_category(), out of line, which the data path would pay on every operation.
+inline const std::error_code kNoError{};
 
 struct Operation {
   using Steady = std::chrono::steady_clock;
@@ -42,22 +48,42 @@ struct Operation {
   AsyncQueuePair* qp = nullptr;
   Operation* next = nullptr;  ///< in the QP's pending or in-flight list
   std::coroutine_handle<> waiter;
-  std::error_code result;
+  std::error_code result = kNoError;
   uint32_t byte_len = 0;
   std::optional<uint32_t> imm;
   Steady::time_point deadline = kNoDeadline;
   std::atomic<bool> cancel_requested{false};
-  Errc abandoned{};  ///< set when the poller gave up on it (timed_out or canceled)
+  Errc abandoned{};    ///< set when the poller gave up on it (timed_out or canceled)
+  bool timed = false;  ///< has a timeout or a stop token: counted by its QP and poller
   std::chrono::nanoseconds timeout{0};
-  std::stop_token stop;
+  const std::stop_token* stop = nullptr;  ///< OpOptions::stop, watched from submission on
 
   void request_cancel() noexcept;
   struct OnStop {
     Operation* op;
     void operator()() const noexcept { op->request_cancel(); }
   };
-  std::optional<std::stop_callback<OnStop>> stop_callback;
+  using StopCallback = std::stop_callback<OnStop>;
+  /// Registers with `stop` (may cancel at once, if it was already requested).
+  void watch_stop() noexcept {
+    new (stop_callback_) StopCallback(*stop, OnStop{this});
+    watching_stop_ = true;
+  }
+  /// Unregisters; waits for a callback running on another thread.
+  void unwatch_stop() noexcept {
+    if (!watching_stop_) return;
+    std::launder(reinterpret_cast<StopCallback*>(stop_callback_))->~StopCallback();
+    watching_stop_ = false;
+  }
+
+ private:
+  // Raw storage, constructed and destroyed by hand between submission and finish: an
+  // Operation is part of every awaiter, and a trivial one costs nothing to create or drop.
+  alignas(StopCallback) unsigned char stop_callback_[sizeof(StopCallback)];
+  bool watching_stop_ = false;
 };
+static_assert(std::is_trivially_destructible_v<Operation>,
+              "awaiters are made and dropped per operation: nothing to undo");
 
 /// Work-request side of a send-queue operation.
 struct SendOperation : Operation {
