@@ -408,6 +408,61 @@ TEST_F(TcpPathTest, APeerThatTakesRequestsButNeverAnswersTimesOut) {
   silent.join();
 }
 
+TEST_F(TcpPathTest, APayloadStillQueuedWhenItsRequestFailsIsSentAsItWasPosted) {
+  // Large payloads that the socket cannot take wait in the link's backlog by reference to
+  // the application's buffer. Here they are still waiting when their requests fail (a fake
+  // host at 127.0.0.4 that reads nothing until then); the application then reuses the
+  // buffer, which a failed request allows. What the host reads afterwards must be what was
+  // posted, never what the buffer holds now.
+  constexpr uint32_t kFakeQpn = 0x4444;
+  constexpr uint32_t kWrites = 16;
+  constexpr size_t kPayload = size_t{1} << 20;  // 16 MiB in all: more than socket buffers
+  ibv_cq* cq = nullptr;
+  ibv_qp* qp = nullptr;
+  ASSERT_NO_FATAL_FAILURE(QpToFakeHost("127.0.0.4", kFakeQpn, cq, qp));
+  Buffer src = NewBuffer(kPayload, kRemoteAccess, 'p');
+  const int listener = fake_host_listener("127.0.0.4", kFakeQpn);
+  ASSERT_GE(listener, 0) << strerror(errno);
+  std::atomic<bool> read_now{false};
+  std::atomic<uint32_t> payloads_read{0};
+  std::atomic<uint64_t> bytes_as_posted{0};
+  std::atomic<uint64_t> bytes_reused{0};
+  std::thread slow([&] {
+    const int c = accept(listener, nullptr, nullptr);
+    if (c < 0) return;
+    const auto deadline = Clock::now() + Millis{20000};
+    while (!read_now && Clock::now() < deadline) std::this_thread::sleep_for(Millis{5});
+    std::vector<char> payload(kPayload);
+    for (uint32_t i = 0; i < kWrites; ++i) {
+      wire::Request h{};
+      if (!read_all(c, &h, sizeof h, kTimeout) || h.payload_len != kPayload ||
+          !read_all(c, payload.data(), payload.size(), kTimeout))
+        break;
+      ++payloads_read;
+      bytes_as_posted += static_cast<uint64_t>(std::count(payload.begin(), payload.end(), 'p'));
+      bytes_reused += static_cast<uint64_t>(std::count(payload.begin(), payload.end(), 'r'));
+    }
+    close(c);
+  });
+
+  for (uint32_t i = 0; i < kWrites; ++i)
+    EXPECT_EQ(post_send(qp, rdma_wr(i, IBV_WR_RDMA_WRITE, 0x1000, 0x77), {src.sge()}), 0);
+  for (uint32_t i = 0; i < kWrites; ++i) {
+    const ibv_wc wc = poll_one(cq);
+    EXPECT_EQ(wc.wr_id, i);
+    EXPECT_EQ(wc.status, i == 0 ? IBV_WC_RETRY_EXC_ERR : IBV_WC_WR_FLUSH_ERR)
+        << ibv_wc_status_str(wc.status);
+  }
+  src.fill('r');
+  read_now = true;
+  slow.join();
+  EXPECT_EQ(payloads_read.load(), kWrites);
+  EXPECT_EQ(bytes_as_posted.load(), uint64_t{kWrites} * kPayload);
+  EXPECT_EQ(bytes_reused.load(), 0u);
+  shutdown(listener, SHUT_RDWR);
+  close(listener);
+}
+
 TEST_F(TcpPathTest, RequestsResentOnANewConnectionRunOnceAndInOrder) {
   ASSERT_NO_FATAL_FAILURE(ConnectPair());
   Buffer target = NewBuffer(64, kRemoteAccess, 0);

@@ -87,6 +87,22 @@ bool destination_is_remote(const Qp& qp, const SendWork& w) {
   return !qp.peer_on_this_host;
 }
 
+namespace {
+
+// A request that could not be sent fails once its retry budget is spent, but never before
+// an earlier request still in flight: completions keep posting order, so it waits for that
+// one's answer, or for its failure, which flushes this one too.
+Outcome not_sent(Qp& qp, SendWork& w, Clock::time_point now) {
+  constexpr auto kWaitBehindEarlier = std::chrono::milliseconds(1);
+  if (!qp.inflight.empty()) {
+    w.next_attempt = now + kWaitBehindEarlier;
+    return Outcome::kBlocked;
+  }
+  return retries_exhausted(qp, w, now) ? Outcome::kCompleted : Outcome::kBlocked;
+}
+
+}  // namespace
+
 Outcome transmit(Qp& qp, SendWork& w, const iovec* payload, int count, uint64_t length) {
   const auto now = Clock::now();
   Gid dgid;
@@ -94,7 +110,7 @@ Outcome transmit(Qp& qp, SendWork& w, const iovec* payload, int count, uint64_t 
   std::shared_ptr<wire::Link> link;
   if (GidTable::is_ipv4_mapped(dgid))
     link = wire::Link::to(GidTable::ipv4_of(dgid), wire::port_of_qpn(destination_qpn(qp, w)));
-  if (!link) return retries_exhausted(qp, w, now) ? Outcome::kCompleted : Outcome::kBlocked;
+  if (!link) return not_sent(qp, w, now);
   if (!w.has_psn) {
     w.psn = qp.next_psn++;
     w.has_psn = true;
@@ -107,15 +123,21 @@ Outcome transmit(Qp& qp, SendWork& w, const iovec* payload, int count, uint64_t 
   w.link = link;
   // In the in-flight list before it is sent: the answer may arrive at once.
   qp.inflight.push_back(std::move(w));
-  if (!link->send(header, payload, wire::carries_payload(header.opcode) ? count : 0)) {
+  // Registered memory may be sent from where it is until the answer (not inline bytes).
+  const bool may_borrow = w.inline_data.empty() && !(w.send_flags & IBV_SEND_INLINE);
+  if (!link->send(header, payload, wire::carries_payload(header.opcode) ? count : 0, may_borrow)) {
     SendWork back = std::move(qp.inflight.back());
     qp.inflight.pop_back();
     w = std::move(back);
-    return retries_exhausted(qp, w, now) ? Outcome::kCompleted : Outcome::kBlocked;
+    return not_sent(qp, w, now);
   }
   if (qp.inflight.front().give_up != Clock::time_point::max())
     progress_schedule(&qp, qp.inflight.front().give_up);
   return Outcome::kInFlight;
+}
+
+void release_payload(const SendWork& w) {
+  if (w.link) w.link->stop_borrowing();
 }
 
 std::optional<Clock::time_point> expire_inflight(Qp& qp, Clock::time_point now) {

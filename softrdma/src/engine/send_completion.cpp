@@ -2,6 +2,7 @@
 
 #include "engine/completion_queue.hpp"
 #include "engine/responder.hpp"
+#include "engine/transmit.hpp"
 
 namespace softrdma {
 namespace {
@@ -78,6 +79,7 @@ void complete(Qp& qp, const SendWork& w, ibv_wc_status status) {
 }
 
 void fail(Qp& qp, const SendWork& w, ibv_wc_status status) {
+  release_payload(w);
   // In ERROR before the error completion can be polled (an application that polls it from
   // another thread and then queries the QP sees ERROR, as on a NIC); the receive queue's
   // flushed completions come after it.
@@ -87,6 +89,7 @@ void fail(Qp& qp, const SendWork& w, ibv_wc_status status) {
 }
 
 void flush_one(Qp& qp, const SendWork& w) {
+  release_payload(w);
   push_send_completion(qp, w.wr_id, w.opcode, IBV_WC_WR_FLUSH_ERR, 0, w.seq);
 }
 

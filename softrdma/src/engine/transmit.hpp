@@ -27,6 +27,10 @@ Outcome transmit(Qp& qp, SendWork& w, const iovec* payload, int count, uint64_t 
 /// carried by the peer's own request): completes them before that request is delivered.
 void apply_implied_acks(uint32_t qpn, uint32_t psn_end);
 
+/// Before `w` completes other than by its answer, or is dropped: the link it went out on
+/// stops reading its payload from the application's memory (see wire/outgoing.hpp).
+void release_payload(const SendWork& w);
+
 /// Fails the oldest request in flight if its answer is overdue; returns its deadline.
 std::optional<Clock::time_point> expire_inflight(Qp& qp, Clock::time_point now);
 

@@ -7,6 +7,7 @@
 #include "engine/qp_types.hpp"
 #include "engine/recv_queue.hpp"
 #include "engine/registry.hpp"
+#include "engine/transmit.hpp"
 #include "verbs/device_limits.hpp"
 #include "verbs/objects.hpp"
 #include "verbs/ops.hpp"
@@ -216,6 +217,10 @@ SOFTRDMA_EXPORT int ibv_destroy_qp(ibv_qp* qp) {
   if (qp->pd) to_pd(qp->pd)->users.fetch_sub(1);
   if (q->xrcd) q->xrcd->users.fetch_sub(1);
   release_blocks(q);
+  {
+    std::lock_guard lock(q->sq_mutex);
+    for (const SendWork& w : q->inflight) release_payload(w);
+  }
   delete q;
   return 0;
 }

@@ -9,6 +9,7 @@
 #include "engine/recv_queue.hpp"
 #include "engine/requester.hpp"
 #include "engine/responder.hpp"
+#include "engine/transmit.hpp"
 #include "verbs/device_limits.hpp"
 #include "verbs/objects.hpp"
 #include "wire/listener.hpp"
@@ -174,6 +175,7 @@ void apply(Qp& q, const ibv_qp_attr& a, int mask) {
 void reset(Qp& q) {
   std::lock_guard lock(q.sq_mutex);
   q.blocked.clear();
+  for (const SendWork& w : q.inflight) release_payload(w);
   q.inflight.clear();  // answers still on their way are dropped as stale
   q.retired_seq.store(q.next_seq);
   q.peer = TargetQp{};

@@ -128,17 +128,26 @@ void Link::shut() {
 void Link::shut_holding_lock() {
   if (alive_.exchange(false)) shutdown(fd_, SHUT_RDWR);
   backlog_.clear();
+  {
+    std::lock_guard borrowing(borrow_mutex_);
+    writing_ = Outgoing();
+    borrowing_.store(0, std::memory_order_relaxed);
+  }
   backlog_ready_.notify_all();
 }
 
-void Link::queue(const iovec* iov, int count, size_t offset) {
-  std::vector<char>& bytes = backlog_.emplace_back();
-  for (int i = 0; i < count; ++i) {
-    const size_t skip = std::min(offset, iov[i].iov_len);
-    offset -= skip;
-    const char* base = static_cast<const char*>(iov[i].iov_base);
-    bytes.insert(bytes.end(), base + skip, base + iov[i].iov_len);
-  }
+void Link::stop_borrowing() {
+  if (borrowing_.load(std::memory_order_acquire) == 0) return;
+  std::lock_guard lock(write_mutex_);
+  std::lock_guard borrowing(borrow_mutex_);
+  for (Outgoing& waiting : backlog_) waiting.own_the_rest();
+  writing_.own_the_rest();
+  borrowing_.store(0, std::memory_order_release);
+}
+
+void Link::queue(const iovec* iov, int count, size_t offset, int first_borrowed) {
+  Outgoing& waiting = backlog_.emplace_back(iov, count, offset, first_borrowed);
+  if (waiting.borrows()) borrowing_.fetch_add(1, std::memory_order_relaxed);
   if (!flusher_started_) {
     flusher_started_ = true;
     std::thread(flush_loop, self_.lock()).detach();
@@ -146,16 +155,19 @@ void Link::queue(const iovec* iov, int count, size_t offset) {
   backlog_ready_.notify_one();
 }
 
-bool Link::send(const Request& header, const iovec* payload, int count) {
+bool Link::send(const Request& header, const iovec* payload, int count, bool may_borrow) {
+  // Smaller payloads are copied: borrowing saves little there and costs the bookkeeping.
+  constexpr size_t kBorrowedAtLeast = size_t{16} << 10;
   constexpr int kMaxIov = 1 + kMaxSge;
   iovec iov[kMaxIov];  // the header and at most kMaxSge gathered buffers
   int n = 0;
   iov[n++] = iovec{const_cast<Request*>(&header), sizeof header};
   for (int i = 0; i < count && n < kMaxIov; ++i) iov[n++] = payload[i];
+  const int first_borrowed = may_borrow && header.payload_len >= kBorrowedAtLeast ? 1 : n;
   std::lock_guard lock(write_mutex_);
   if (!alive()) return false;
   if (!backlog_.empty() || flushing_) {  // behind bytes already waiting
-    queue(iov, n, 0);
+    queue(iov, n, 0, first_borrowed);
     return true;
   }
   const ssize_t sent = write_now(fd_, iov, n);
@@ -163,8 +175,31 @@ bool Link::send(const Request& header, const iovec* payload, int count) {
     shut_holding_lock();
     return false;
   }
-  if (static_cast<size_t>(sent) < iov_bytes(iov, n)) queue(iov, n, static_cast<size_t>(sent));
+  if (static_cast<size_t>(sent) < iov_bytes(iov, n))
+    queue(iov, n, static_cast<size_t>(sent), first_borrowed);
   return true;
+}
+
+bool Link::write_out() {
+  for (;;) {
+    {
+      std::lock_guard borrowing(borrow_mutex_);
+      iovec iov[1 + kMaxSge];
+      const int n = writing_.unsent(iov, 1 + kMaxSge);
+      if (n == 0) return true;
+      const bool borrowed_before = writing_.borrows();
+      const ssize_t sent = write_now(fd_, iov, n);
+      if (sent < 0) return false;
+      writing_.advance(static_cast<size_t>(sent));
+      if (borrowed_before && !writing_.borrows())
+        borrowing_.fetch_sub(1, std::memory_order_relaxed);
+      if (sent > 0) continue;
+    }
+    // Full: wait for room holding no lock (shut() wakes this with a shutdown).
+    pollfd p{fd_, POLLOUT, 0};
+    if (poll(&p, 1, -1) < 0 && errno != EINTR) return false;
+    if (!alive()) return false;
+  }
 }
 
 void Link::flush_loop(std::shared_ptr<Link> self) {
@@ -172,15 +207,14 @@ void Link::flush_loop(std::shared_ptr<Link> self) {
   for (;;) {
     self->backlog_ready_.wait(lock, [&] { return !self->backlog_.empty() || !self->alive(); });
     if (!self->alive()) return;
-    std::deque<std::vector<char>> taken;
-    taken.swap(self->backlog_);
+    {
+      std::lock_guard borrowing(self->borrow_mutex_);
+      self->writing_ = std::move(self->backlog_.front());
+    }
+    self->backlog_.pop_front();
     self->flushing_ = true;
     lock.unlock();
-    bool ok = true;
-    for (std::vector<char>& bytes : taken) {
-      iovec iov{bytes.data(), bytes.size()};
-      if (!(ok = write_all(self->fd_, &iov, 1))) break;
-    }
+    const bool ok = self->write_out();
     lock.lock();
     self->flushing_ = false;
     if (!ok) {

@@ -4,7 +4,8 @@
 // themselves, so an answer to a polling application costs no thread wake-up. A send never
 // blocks its caller (who holds a QP's send-queue lock, which the reader needs to complete
 // answers): what the socket does not take at once waits in a backlog that a writer thread,
-// started when first needed, flushes in order.
+// started when first needed, flushes in order. A large payload in registered memory waits
+// there by reference, not copied (wire/outgoing.hpp).
 #pragma once
 
 #include <sys/uio.h>
@@ -17,6 +18,7 @@
 #include <span>
 #include <vector>
 
+#include "wire/outgoing.hpp"
 #include "wire/protocol.hpp"
 
 namespace softrdma::wire {
@@ -27,9 +29,13 @@ class Link {
   /// (or remade after a failure) on demand. nullptr when it cannot be reached right now.
   static std::shared_ptr<Link> to(uint32_t ipv4_be, uint16_t port);
 
-  /// Sends a request and its payload, or queues what the socket cannot take now (the
-  /// payload is copied: the caller may reuse it). False once the connection is broken.
-  bool send(const Request& header, const iovec* payload, int count);
+  /// Sends a request and its payload, or queues what the socket cannot take now. A payload
+  /// that `may_borrow` (registered memory of a request that completes only by its answer)
+  /// is queued by reference when it is large, else copied. False once the link is broken.
+  bool send(const Request& header, const iovec* payload, int count, bool may_borrow);
+  /// Stops reading requesters' memory: what the backlog still borrows is copied. Call it
+  /// before a request sent here completes other than by its answer (or is dropped).
+  void stop_borrowing();
   bool alive() const { return alive_.load(std::memory_order_acquire); }
   /// A count that grows whenever the peer's kernel acknowledges bytes of ours or sends us
   /// some: unchanged over a while, the peer takes and answers nothing. A system call.
@@ -58,8 +64,11 @@ class Link {
   /// malformed response): only the reader then reports it down.
   bool take_responses(bool& handled);
   static void flush_loop(std::shared_ptr<Link> self);
-  /// Queues the bytes of `iov` from byte `offset` on; the caller holds write_mutex_.
-  void queue(const iovec* iov, int count, size_t offset);
+  /// Sends writing_ whole, waiting for room without holding a lock; false on failure.
+  bool write_out();
+  /// Queues the bytes of `iov` from byte `offset` on, borrowing iovecs from
+  /// `first_borrowed` on; the caller holds write_mutex_.
+  void queue(const iovec* iov, int count, size_t offset, int first_borrowed);
   void shut();
   void shut_holding_lock();
 
@@ -70,10 +79,16 @@ class Link {
   bool broken_ = false;
   std::mutex write_mutex_;  // guards the members below and the order of bytes on fd_
   std::condition_variable backlog_ready_;
-  std::deque<std::vector<char>> backlog_;
+  std::deque<Outgoing> backlog_;
   bool flushing_ = false;  // the writer thread is writing what it took from the backlog
   bool flusher_started_ = false;
-  std::weak_ptr<Link> self_;  // for starting the writer thread
+  // Guards writing_ and the borrowed ranges of the backlog's entries (taken after
+  // write_mutex_ where both are held); the writer holds it only while it copies into the
+  // socket, never while it waits for room.
+  std::mutex borrow_mutex_;
+  Outgoing writing_;                  // what the writer thread took from the backlog
+  std::atomic<size_t> borrowing_{0};  // entries that borrow, writing_ included
+  std::weak_ptr<Link> self_;          // for starting the writer thread
   std::atomic<bool> alive_{true};
 };
 

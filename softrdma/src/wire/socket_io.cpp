@@ -8,40 +8,6 @@
 
 namespace softrdma::wire {
 
-bool read_all(int fd, void* buf, size_t n) {
-  auto* p = static_cast<char*>(buf);
-  while (n > 0) {
-    ssize_t r = recv(fd, p, n, 0);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    p += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
-}
-
-bool write_all(int fd, iovec* iov, int count) {
-  while (count > 0) {
-    msghdr msg{};
-    msg.msg_iov = iov;
-    msg.msg_iovlen = static_cast<size_t>(count);
-    ssize_t w = sendmsg(fd, &msg, MSG_NOSIGNAL);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) return false;
-    auto left = static_cast<size_t>(w);
-    while (count > 0 && left >= iov->iov_len) {
-      left -= iov->iov_len;
-      ++iov;
-      --count;
-    }
-    if (count > 0) {
-      iov->iov_base = static_cast<char*>(iov->iov_base) + left;
-      iov->iov_len -= left;
-    }
-  }
-  return true;
-}
-
 ssize_t write_now(int fd, const iovec* iov, int count) {
   msghdr msg{};
   msg.msg_iov = const_cast<iovec*>(iov);

@@ -1,4 +1,4 @@
-// Whole-message reads and writes on blocking TCP sockets.
+// Writes that never wait, and the options of every softrdma TCP socket.
 #pragma once
 
 #include <sys/types.h>
@@ -7,10 +7,6 @@
 
 namespace softrdma::wire {
 
-/// Reads exactly `n` bytes; false on EOF or error.
-bool read_all(int fd, void* buf, size_t n);
-/// Writes every byte of the iovecs; false on error.
-bool write_all(int fd, iovec* iov, int count);
 /// Writes what the socket takes without waiting: the bytes written (0 when it is full), or
 /// -1 on error.
 ssize_t write_now(int fd, const iovec* iov, int count);
