@@ -5,7 +5,8 @@ Same host: perftest on softrdma against ucx_perftest over shared memory (UCX_TLS
 the peer a user would otherwise pick on a machine without an RDMA NIC.
 Across hosts (two network namespaces joined by veth, created here; needs root): perftest
 on softrdma's TCP transport against one iperf3 stream and ucx_perftest over TCP.
-Each pair runs --runs times, interleaved, and the medians are compared. Also: the CPU the
+Each pair runs --runs times, interleaved, and the medians are compared; two-way streams
+(`-b`) are compared, per direction, with one way alone. Also: the CPU the
 serving process used per GiB written across hosts, RDMA CM connection set-up rate (100
 connections) beside plain TCP's, the CPU used by a process holding 100 connected idle QPs,
 and callgrind's instructions per 8-byte WRITE, READ and fetch-and-add on one host (raw
@@ -161,6 +162,20 @@ def main():
             print("the serving side's CPU per GiB written (ib_write_bw server, all its threads): "
                   "median %.2f s" % statistics.median(cpu_per_gib))
             compare(latencies, a.runs, "UCX tcp", "two hosts", medians)
+
+            def each_way(tool, bidirectional):
+                """64 KiB streams; with `bidirectional` both hosts send at once, and perftest's
+                total is halved: the rate in each direction."""
+                args = ["-s", "65536", "-n", "5000"] + (["-b"] if bidirectional else [])
+                bw = perftest(run, tool, args, hosts)
+                return bw / 2 if bidirectional else bw
+
+            both_ways = [
+                ("%s 64 KiB (MiB/s each way)" % tool.replace("ib_", "").replace("_", " "),
+                 lambda tool=tool: each_way(tool, True), lambda tool=tool: each_way(tool, False),
+                 True, 0.8) for tool in ("ib_write_bw", "ib_send_bw")]
+            print("both hosts sending at once, each direction against one way alone")
+            compare(both_ways, a.runs, "one way", "two hosts", medians)
         finally:
             hosts.close()
     print()
