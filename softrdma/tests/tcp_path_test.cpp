@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
+#include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -115,6 +117,38 @@ int fake_host_listener(const char* ip, uint32_t qpn) {
   }
   return listener;
 }
+
+// A fake host at `ip` (not one of softrdma0's GIDs, so reached over TCP) where QP `qpn`
+// would be served: `serve(listener, stop)` runs on a thread of its own. finish() (or the
+// destructor) raises `stop`, shuts the listener down so a blocked accept returns, and waits
+// for `serve` to return.
+class FakeHost {
+ public:
+  using Serve = std::function<void(int listener, const std::atomic<bool>& stop)>;
+  FakeHost(const char* ip, uint32_t qpn, Serve serve)
+      : listener_(fake_host_listener(ip, qpn)), error_(listener_ < 0 ? errno : 0) {
+    if (listener_ >= 0) thread_ = std::thread(std::move(serve), listener_, std::cref(stop_));
+  }
+  ~FakeHost() { finish(); }
+  FakeHost(const FakeHost&) = delete;
+  FakeHost& operator=(const FakeHost&) = delete;
+  /// Empty when listening, else why not.
+  std::string error() const { return listener_ >= 0 || error_ == 0 ? "" : strerror(error_); }
+  void finish() {
+    stop_ = true;
+    if (listener_ < 0) return;
+    shutdown(listener_, SHUT_RDWR);
+    if (thread_.joinable()) thread_.join();
+    close(listener_);
+    listener_ = -1;
+  }
+
+ private:
+  int listener_;
+  int error_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
 
 class TcpPathTest : public RcLoopbackTest {
  protected:
@@ -323,11 +357,8 @@ TEST_F(TcpPathTest, MalformedResponsesFailTheRequesterAfterItsRetryBudget) {
   // A fake host at 127.0.0.2 (not one of softrdma0's GIDs, so reached over TCP) answers
   // every request with garbage.
   constexpr uint32_t kFakeQpn = 0x4242;
-  const int listener = fake_host_listener("127.0.0.2", kFakeQpn);
-  ASSERT_GE(listener, 0) << strerror(errno);
   std::atomic<int> requests_seen{0};
-  std::atomic<bool> stop{false};
-  std::thread fake([&] {
+  FakeHost fake("127.0.0.2", kFakeQpn, [&](int listener, const std::atomic<bool>& stop) {
     while (!stop) {
       int c = accept(listener, nullptr, nullptr);
       if (c < 0) break;
@@ -342,6 +373,7 @@ TEST_F(TcpPathTest, MalformedResponsesFailTheRequesterAfterItsRetryBudget) {
       close(c);
     }
   });
+  ASSERT_EQ(fake.error(), "");
 
   ibv_cq* cq = nullptr;
   ibv_qp* qp = nullptr;
@@ -357,27 +389,13 @@ TEST_F(TcpPathTest, MalformedResponsesFailTheRequesterAfterItsRetryBudget) {
   EXPECT_EQ(second.status, IBV_WC_WR_FLUSH_ERR) << ibv_wc_status_str(second.status);
   EXPECT_EQ(qp_state(qp), IBV_QPS_ERR);
   EXPECT_GE(requests_seen.load(), 1);
-  stop = true;
-  shutdown(listener, SHUT_RDWR);
-  close(listener);
-  fake.join();
 }
 
-// A batch of READs whose answers exceed what the responder lets pile up (8 MiB) arrives in
-// one piece: the requests held back behind the limit run once the answers drain, though
-// nothing more arrives on the socket, and every answer comes back in order with its data.
-// The sequence of a QP's requests is the QP's, not a connection's: when a connection is
-// lost with answers still in it, the requests resent on a new one run once. A duplicate is
-// answered again (a READ reads again, an atomic gives its first original value), an early
-// request is refused until the missing ones come, and the sequence goes on from there.
 TEST_F(TcpPathTest, APeerThatTakesRequestsButNeverAnswersTimesOut) {
   // A fake host at 127.0.0.3 reads everything it is sent and keeps the connection open
   // without a word: the link stops moving, so the ACK timer is not extended for ever.
   constexpr uint32_t kFakeQpn = 0x4343;
-  const int listener = fake_host_listener("127.0.0.3", kFakeQpn);
-  ASSERT_GE(listener, 0) << strerror(errno);
-  std::atomic<bool> stop{false};
-  std::thread silent([&] {
+  FakeHost silent("127.0.0.3", kFakeQpn, [](int listener, const std::atomic<bool>& stop) {
     const int c = accept(listener, nullptr, nullptr);
     if (c < 0) return;
     char sink[4096];
@@ -387,6 +405,7 @@ TEST_F(TcpPathTest, APeerThatTakesRequestsButNeverAnswersTimesOut) {
     }
     close(c);
   });
+  ASSERT_EQ(silent.error(), "");
 
   ibv_cq* cq = nullptr;
   ibv_qp* qp = nullptr;
@@ -402,10 +421,6 @@ TEST_F(TcpPathTest, APeerThatTakesRequestsButNeverAnswersTimesOut) {
   EXPECT_GE(waited, Millis{8});
   EXPECT_LT(waited, Millis{1000});
   EXPECT_EQ(qp_state(qp), IBV_QPS_ERR);
-  stop = true;
-  shutdown(listener, SHUT_RDWR);
-  close(listener);
-  silent.join();
 }
 
 TEST_F(TcpPathTest, APayloadStillQueuedWhenItsRequestFailsIsSentAsItWasPosted) {
@@ -421,13 +436,11 @@ TEST_F(TcpPathTest, APayloadStillQueuedWhenItsRequestFailsIsSentAsItWasPosted) {
   ibv_qp* qp = nullptr;
   ASSERT_NO_FATAL_FAILURE(QpToFakeHost("127.0.0.4", kFakeQpn, cq, qp));
   Buffer src = NewBuffer(kPayload, kRemoteAccess, 'p');
-  const int listener = fake_host_listener("127.0.0.4", kFakeQpn);
-  ASSERT_GE(listener, 0) << strerror(errno);
   std::atomic<bool> read_now{false};
   std::atomic<uint32_t> payloads_read{0};
   std::atomic<uint64_t> bytes_as_posted{0};
   std::atomic<uint64_t> bytes_reused{0};
-  std::thread slow([&] {
+  FakeHost slow("127.0.0.4", kFakeQpn, [&](int listener, const std::atomic<bool>&) {
     const int c = accept(listener, nullptr, nullptr);
     if (c < 0) return;
     const auto deadline = Clock::now() + Millis{20000};
@@ -444,6 +457,7 @@ TEST_F(TcpPathTest, APayloadStillQueuedWhenItsRequestFailsIsSentAsItWasPosted) {
     }
     close(c);
   });
+  ASSERT_EQ(slow.error(), "");
 
   for (uint32_t i = 0; i < kWrites; ++i)
     EXPECT_EQ(post_send(qp, rdma_wr(i, IBV_WR_RDMA_WRITE, 0x1000, 0x77), {src.sge()}), 0);
@@ -455,14 +469,19 @@ TEST_F(TcpPathTest, APayloadStillQueuedWhenItsRequestFailsIsSentAsItWasPosted) {
   }
   src.fill('r');
   read_now = true;
-  slow.join();
+  slow.finish();  // after it has read all it was sent
   EXPECT_EQ(payloads_read.load(), kWrites);
   EXPECT_EQ(bytes_as_posted.load(), uint64_t{kWrites} * kPayload);
   EXPECT_EQ(bytes_reused.load(), 0u);
-  shutdown(listener, SHUT_RDWR);
-  close(listener);
 }
 
+// A batch of READs whose answers exceed what the responder lets pile up (8 MiB) arrives in
+// one piece: the requests held back behind the limit run once the answers drain, though
+// nothing more arrives on the socket, and every answer comes back in order with its data.
+// The sequence of a QP's requests is the QP's, not a connection's: when a connection is
+// lost with answers still in it, the requests resent on a new one run once. A duplicate is
+// answered again (a READ reads again, an atomic gives its first original value), an early
+// request is refused until the missing ones come, and the sequence goes on from there.
 TEST_F(TcpPathTest, RequestsResentOnANewConnectionRunOnceAndInOrder) {
   ASSERT_NO_FATAL_FAILURE(ConnectPair());
   Buffer target = NewBuffer(64, kRemoteAccess, 0);
