@@ -371,6 +371,7 @@ TEST_P(RpcTest, LargeMessagesStayIntactWhileOneIsHeldAndOthersReuseBuffers) {
   };
   CallOptions o;
   o.max_response = kSize;
+  o.timeout = kTrafficLimit;  // 40 MiB each way: minutes of UD datagrams under TSan
   ASSERT_TRUE(client.call(pattern(0), 0, o).ok());
   std::optional<RecvHandle> held;
   ASSERT_TRUE(poll_until(server, {&client}, [&] {
