@@ -269,5 +269,66 @@ TEST_F(CqTest, OverrunRaisesCqErrorEvent) {
   EXPECT_EQ(event->element.cq, small);
 }
 
+// A destroyed CQ's memory is cleared for the next object there: slots it filled carry
+// stamps (the positions they held), and a new ring reading one as written would return a
+// completion that never happened. A few pages are cleared by hand and kept, more go back
+// to tmpfs; both must leave nothing for the new CQ to find.
+struct ReuseCase {
+  const char* name;
+  int before;  // completions written into the destroyed CQ
+  int after;   // completions written into the new one, fewer: the next slot is stale
+};
+
+class CqMemoryReuse : public RcLoopbackTest, public ::testing::WithParamInterface<ReuseCase> {
+ protected:
+  static constexpr int kCqe = 4096;
+
+  // Writes `count` completions through a new pair whose sender completes into `cq`, polls
+  // them all, and destroys the sender.
+  void Complete(ibv_cq* cq, int count) {
+    PairOptions o;
+    o.a_send_cq = cq;
+    RcPair pair;
+    ASSERT_NO_FATAL_FAILURE(MakePair(o, &pair));
+    Buffer src = NewBuffer(64, kRemoteAccess, 1);
+    Buffer dst = NewBuffer(64);
+    const int batch = static_cast<int>(QpCaps{}.send_wr);
+    for (int done = 0; done < count;) {
+      const int n = std::min(batch, count - done);
+      for (int i = 0; i < n; ++i)
+        ASSERT_EQ(post_send(pair.a,
+                            rdma_wr(static_cast<uint64_t>(done + i), IBV_WR_RDMA_WRITE, dst.addr(),
+                                    dst.rkey()),
+                            {src.sge(0, 8)}),
+                  0);
+      ASSERT_EQ(poll_n(cq, static_cast<size_t>(n)).size(), static_cast<size_t>(n));
+      done += n;
+    }
+    ASSERT_EQ(DestroyQpNow(pair.a), 0);
+  }
+};
+
+TEST_P(CqMemoryReuse, ANewCqWhereADestroyedOneWasFindsNothingLeft) {
+  ibv_cq* first = NewCq(kCqe);
+  ASSERT_NE(first, nullptr);
+  ASSERT_NO_FATAL_FAILURE(Complete(first, GetParam().before));
+  const uint32_t handle = first->handle;
+  ASSERT_EQ(DestroyCqNow(first), 0);
+
+  ibv_cq* second = NewCq(kCqe);
+  ASSERT_NE(second, nullptr);
+  ASSERT_EQ(second->handle, handle) << "the new CQ is not where the old one was";
+  ASSERT_NO_FATAL_FAILURE(Complete(second, GetParam().after));
+  ibv_wc wc[4];
+  EXPECT_EQ(ibv_poll_cq(second, 4, wc), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Rings, CqMemoryReuse,
+                         ::testing::Values(ReuseCase{"few_pages_kept", 400, 300},
+                                           ReuseCase{"many_pages_given_back", 3000, 2000}),
+                         [](const ::testing::TestParamInfo<ReuseCase>& param) {
+                           return std::string(param.param.name);
+                         });
+
 }  // namespace
 }  // namespace softrdma_test

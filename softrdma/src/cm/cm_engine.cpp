@@ -40,6 +40,7 @@ struct Engine {
   int epfd = -1;
   int wake_fd = -1;  // an eventfd that interrupts epoll_wait when a timer is added
   std::map<int, Watch> watches;
+  std::vector<ClaimedSocket> unwatched;  // accepted by a waiter, watched once it is done
   std::multimap<Clock::time_point, Timer> timers;
   // When the thread wakes by itself at the latest: a timer due later needs no wake-up (each
   // rdma_connect adds one, and waking the thread for it would cost the connection a switch).
@@ -61,6 +62,7 @@ void ensure_started(Engine& e) {
   e.pid = current_pid();
   e.watches.clear();
   e.timers.clear();
+  e.unwatched.clear();
   e.epfd = epoll_create1(EPOLL_CLOEXEC);
   e.wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   epoll_event ev{};
@@ -258,6 +260,9 @@ void on_readable(Engine& e, int fd) {
     ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
     if (n > 0) {
       w.in.insert(w.in.end(), buf, buf + n);
+      // A short read took all there was: what comes later (or the peer's close) leaves the
+      // socket readable for the next wait, which watches it level-triggered.
+      if (static_cast<size_t>(n) < sizeof buf) break;
       continue;
     }
     if (n == 0 || (errno != EAGAIN && errno != EINTR)) lost = true;
@@ -290,15 +295,24 @@ void on_readable(Engine& e, int fd) {
 }
 
 void on_listener(Engine& e, CmId* listener) {
+  // Accepted by a waiter serving the listener: the CM thread starts watching the connection
+  // only when that waiter is done with it, so it does not wake for the request the waiter
+  // is about to read.
+  const bool by_waiter = e.watches[listener->sock].claimed > 0;
   for (;;) {
     int fd = accept4(listener->sock, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) return;
     wire::tune_socket(fd);  // no Nagle: a disconnect must not wait for a delayed ACK
     Watch& w = new_watch(e, fd);
     w.listener = listener;
-    epoll_set(e, fd, EPOLLIN | EPOLLRDHUP, true);
+    if (by_waiter)
+      e.unwatched.push_back({fd, w.serial});
+    else
+      epoll_set(e, fd, EPOLLIN | EPOLLRDHUP, true);
     // The request usually follows the connection at once: take it now, not a loop later.
     on_readable(e, fd);
+    // One connection per wake: the next one, if any, keeps the listener readable.
+    if (by_waiter) return;
   }
 }
 
@@ -398,6 +412,12 @@ void release_channel_sockets(const ClaimedSocket* claimed, size_t n) {
     if (it == e.watches.end() || it->second.serial != claimed[i].serial) continue;
     if (--it->second.claimed == 0) epoll_set(e, claimed[i].fd, EPOLLIN | EPOLLRDHUP, true);
   }
+  for (const ClaimedSocket& s : e.unwatched) {
+    auto it = e.watches.find(s.fd);
+    if (it != e.watches.end() && it->second.serial == s.serial)
+      epoll_set(e, s.fd, EPOLLIN | EPOLLRDHUP, true);
+  }
+  e.unwatched.clear();
 }
 
 void serve_socket(const EventChannel* ch, int fd) {

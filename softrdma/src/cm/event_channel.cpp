@@ -1,6 +1,5 @@
 // Event channels: rdma_create_event_channel, rdma_get_cm_event, rdma_ack_cm_event.
 #include <fcntl.h>
-#include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 #include <cerrno>
@@ -42,10 +41,10 @@ void fill_params(Event& e, CmId* id, const CmMsg& m) {
 }  // namespace
 
 void consume_count(EventChannel* ch) {
-  pollfd p{ch->channel.fd, POLLIN, 0};
+  // The count equals the queue's length (both change under ch->mutex), so this read of a
+  // semaphore eventfd finds it non-zero and does not block.
   uint64_t count;
-  if (poll(&p, 1, 0) == 1) [[maybe_unused]]
-    ssize_t n = read(ch->channel.fd, &count, sizeof count);
+  [[maybe_unused]] ssize_t n = read(ch->channel.fd, &count, sizeof count);
 }
 
 namespace {
@@ -176,11 +175,13 @@ SOFTRDMA_EXPORT int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event
   }
   std::unique_lock lock(ch->mutex);
   live.unlock();
-  const int flags = fcntl(channel->fd, F_GETFL);  // valid: closed only under ch->mutex
-  if (flags < 0) return -1;                       // errno set
-  if ((flags & O_NONBLOCK) && ch->queue.empty()) {
-    errno = EAGAIN;
-    return -1;
+  if (ch->queue.empty()) {
+    const int flags = fcntl(channel->fd, F_GETFL);  // valid: closed only under ch->mutex
+    if (flags < 0) return -1;                       // errno set
+    if (flags & O_NONBLOCK) {
+      errno = EAGAIN;
+      return -1;
+    }
   }
   ++ch->waiters;
   // Serve the channel's sockets while waiting (serving_wait.hpp); rounds that bring no event

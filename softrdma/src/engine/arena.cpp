@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -24,6 +25,9 @@ namespace softrdma {
 namespace {
 
 constexpr uint64_t kArenaMagic = 0x414e455241534653ull;  // "SFSARENA"
+constexpr uint64_t kPage = 4096;
+// Pages of a freed block that are cleared and kept rather than given back to tmpfs.
+constexpr size_t kKeptPages = 16;
 
 Arena* g_arena = nullptr;
 pid_t g_arena_pid = 0;
@@ -92,8 +96,14 @@ Arena::Arena() {
   free_.emplace(4096, size - 4096);
 }
 
-uint64_t Arena::allocate(size_t bytes) {
+uint64_t Arena::allocate(size_t bytes, size_t used) {
   bytes = round_up(bytes);
+  const uint64_t offset = take(bytes);
+  if (offset) populate(offset, std::min({used, bytes, kPopulatedBytes}));
+  return offset;
+}
+
+uint64_t Arena::take(size_t bytes) {
   std::lock_guard lock(mutex_);
   for (auto it = free_.begin(); it != free_.end(); ++it) {
     if (it->second < bytes) continue;
@@ -129,9 +139,14 @@ void Arena::free(uint64_t offset) {
   free_.emplace(offset, bytes);
 }
 
+void Arena::populate(uint64_t offset, size_t bytes) {
+  const uint64_t first = offset & ~(kPage - 1);
+  const uint64_t last = (offset + bytes + kPage - 1) & ~(kPage - 1);
+  // Best effort: before Linux 5.14 (EINVAL) the pages come by faults, as they always did.
+  [[maybe_unused]] int r = madvise(base_ + first, last - first, MADV_POPULATE_WRITE);
+}
+
 void Arena::zero_range(uint64_t offset, size_t bytes) {
-  // Whole pages go back to tmpfs (they read as zero afterwards); the edges are cleared.
-  constexpr uint64_t kPage = 4096;
   const uint64_t first = (offset + kPage - 1) & ~(kPage - 1);
   const uint64_t last = (offset + bytes) & ~(kPage - 1);
   if (last <= first) {
@@ -139,9 +154,37 @@ void Arena::zero_range(uint64_t offset, size_t bytes) {
     return;
   }
   std::memset(base_ + offset, 0, first - offset);
-  fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(first),
-            static_cast<off_t>(last - first));
   std::memset(base_ + last, 0, offset + bytes - last);
+  // A few pages in use are cleared by hand and stay, for the next object here: giving them
+  // back to tmpfs and faulting them in again costs a hundred times more than clearing them.
+  // Larger regions go back to tmpfs whole (they read as zero afterwards).
+  const size_t pages = (last - first) / kPage;
+  uint64_t kept_at[kKeptPages];
+  size_t kept = 0;
+  bool too_many = false;
+  for (size_t done = 0; done < pages && !too_many;) {
+    unsigned char chunk[4096];  // 16 MiB of pages per call
+    const size_t n = std::min(pages - done, sizeof chunk);
+    if (mincore(base_ + first + done * kPage, n * kPage, chunk) != 0) {
+      too_many = true;  // unknown: give the pages back
+      break;
+    }
+    for (size_t i = 0; i < n; ++i) {
+      if (!(chunk[i] & 1)) continue;
+      if (kept == kKeptPages) {
+        too_many = true;
+        break;
+      }
+      kept_at[kept++] = first + (done + i) * kPage;
+    }
+    done += n;
+  }
+  if (too_many) {
+    fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(first),
+              static_cast<off_t>(last - first));
+    return;
+  }
+  for (size_t i = 0; i < kept; ++i) std::memset(base_ + kept_at[i], 0, kPage);
 }
 
 PeerArena::PeerArena(ProcessId owner, char* base, size_t mapped_size)

@@ -38,8 +38,11 @@ class Arena {
   /// This process's arena, created on first use (and anew in a forked child).
   static Arena& self();
 
-  /// Allocates `bytes` of zeroed shared memory; returns its offset, or 0 when full.
-  uint64_t allocate(size_t bytes);
+  /// Allocates `bytes` of zeroed shared memory; returns its offset, or 0 when full. The
+  /// first `used` bytes (at most kPopulatedBytes) are backed at once, in one system call,
+  /// rather than by a page fault per page on first touch (a fault costs ten times more).
+  uint64_t allocate(size_t bytes, size_t used = kPopulatedBytes);
+  static constexpr size_t kPopulatedBytes = size_t{64} << 10;
   void free(uint64_t offset);
 
   char* base() const { return base_; }
@@ -54,7 +57,9 @@ class Arena {
 
  private:
   Arena();
+  uint64_t take(size_t bytes);
   void zero_range(uint64_t offset, size_t bytes);
+  void populate(uint64_t offset, size_t bytes);
   int fd_ = -1;
   char* base_ = nullptr;
   std::mutex mutex_;

@@ -128,7 +128,8 @@ Cq* create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel*
   }
   Arena& arena = Arena::self();
   const uint32_t reserve = std::max(kMinRingReserve, std::bit_ceil(static_cast<uint32_t>(cqe)));
-  const uint64_t off = arena.allocate(cq_shared_bytes(reserve));
+  const uint32_t capacity = std::bit_ceil(static_cast<uint32_t>(cqe));
+  const uint64_t off = arena.allocate(cq_shared_bytes(reserve), cq_shared_bytes(capacity));
   auto* cq = off ? new (std::nothrow) Cq() : nullptr;
   if (!cq) {
     if (off) arena.free(off);
@@ -138,7 +139,7 @@ Cq* create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel*
   cq->offset = off;
   cq->ring_reserve = reserve;
   cq->shared = arena.at<CqShared>(off);
-  cq->shared->capacity = std::bit_ceil(static_cast<uint32_t>(cqe));
+  cq->shared->capacity = capacity;
   cq->shared->channel_eventfd = channel ? channel->fd : -1;
   cq->shared->context_offset = to_ctx(context)->shared_offset;
   cq->shared->owner_handle = reinterpret_cast<uint64_t>(&cq->cq);
