@@ -26,11 +26,16 @@ from benchlib import ROOT, Hosts, chart, pair, perftest, ucx
 from rdmakit_vs_raw import instructions_per_op
 
 
-def iperf3(hosts):
-    """One TCP stream between the hosts, in MiB/s (the unit perftest reports)."""
-    out = pair(["iperf3", "-s", "-1"], ["iperf3", "-c", hosts.addr(0), "-t", "3", "-J"],
+def iperf3(hosts, both_ways=False):
+    """One TCP stream between the hosts, in MiB/s (the unit perftest reports); with
+    `both_ways`, one stream each way at once (--bidir), and the mean of the two."""
+    out = pair(["iperf3", "-s", "-1"],
+               ["iperf3", "-c", hosts.addr(0), "-t", "3", "-J"] + (["--bidir"] if both_ways else []),
                hosts=hosts)
-    bits = json.loads(out)["end"]["sum_received"]["bits_per_second"]
+    end = json.loads(out)["end"]
+    bits = end["sum_received"]["bits_per_second"]
+    if both_ways:
+        bits = (bits + end["sum_received_bidir_reverse"]["bits_per_second"]) / 2
     return bits / 8 / 2**20
 
 
@@ -176,6 +181,12 @@ def main():
                  True, 0.8) for tool in ("ib_write_bw", "ib_send_bw")]
             print("both hosts sending at once, each direction against one way alone")
             compare(both_ways, a.runs, "one way", "two hosts", medians)
+            # The same measure for plain TCP: on a machine of few cores both directions share
+            # them, and this is what the sockets themselves keep of one way.
+            tcp_each = [(iperf3(hosts, True), iperf3(hosts)) for _ in range(a.runs)]
+            each, one = (statistics.median(x[i] for x in tcp_each) for i in (0, 1))
+            print("for reference, iperf3 --bidir: %.0f MiB/s each way against %.0f one way "
+                  "(%.2fx), medians of %d" % (each, one, each / one, a.runs))
         finally:
             hosts.close()
     print()

@@ -12,6 +12,7 @@
 #include "verbs/objects.hpp"
 #include "verbs/ops.hpp"
 #include "wire/link.hpp"
+#include "wire/listener.hpp"
 
 using namespace softrdma;
 
@@ -79,6 +80,8 @@ int poll_cq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
   // Answers that other hosts sent this process's requests are taken here and now, instead
   // of by the link's reader thread woken for them; they may complete something on this CQ.
   wire::Link::take_arrived_responses();
+  // So are the requests other hosts sent this process's QPs (a SEND this poll waits for).
+  wire::serve_arrived_requests();
   return take_completions(to_cq(cq)->shared, num_entries, wc);
 }
 

@@ -7,6 +7,9 @@
 namespace softrdma {
 namespace {
 std::atomic<Qp*> g_local_qps[Registry::kQpCapacity];
+// The first QP number of this process's range, once it has a QP (before that every entry
+// is null anyway): local_qp runs per polled send completion, without the registry.
+std::atomic<uint32_t> g_first_qpn{0};
 }  // namespace
 
 int eventfd_for_channel() {
@@ -40,13 +43,15 @@ void local_qp_set(uint32_t qpn, Qp* qp) {
   // A helper that already read this entry finishes with the QP before it can be destroyed.
   std::unique_lock taking_out(local_qp_mutex(), std::defer_lock);
   if (qp == nullptr) taking_out.lock();
-  g_local_qps[qpn - Registry::instance().qpn_at(0)].store(qp, std::memory_order_release);
+  const uint32_t first = Registry::instance().qpn_at(0);
+  g_first_qpn.store(first, std::memory_order_relaxed);
+  g_local_qps[qpn - first].store(qp, std::memory_order_release);
 }
 
 Qp* local_qp(uint32_t qpn) {
-  const Registry& registry = Registry::instance();
-  if (!registry.owns_qpn(qpn)) return nullptr;
-  return g_local_qps[qpn - registry.qpn_at(0)].load(std::memory_order_acquire);
+  const uint32_t index = qpn - g_first_qpn.load(std::memory_order_relaxed);
+  return index < Registry::kQpCapacity ? g_local_qps[index].load(std::memory_order_acquire)
+                                       : nullptr;
 }
 
 }  // namespace softrdma

@@ -54,13 +54,8 @@ class ResponderLoop {
     epoll_event events[64];
     for (;;) {
       const int n = epoll_wait(epfd_, events, 64, kSweepIntervalMs);
-      for (int i = 0; i < n; ++i) {
-        const int fd = events[i].data.fd;
-        if (fd == listener_)
-          accept_all();
-        else
-          serve(fd, events[i].events);
-      }
+      std::lock_guard lock(serving_);
+      handle(events, n);
       const auto now = Clock::now();
       close_unauthenticated(now);
       if (listener_rests_until_ && now >= *listener_rests_until_) {
@@ -70,7 +65,30 @@ class ResponderLoop {
     }
   }
 
+  /// Serves what has arrived, in the calling application thread, unless the loop's thread is
+  /// at it. True if there was something.
+  bool serve_arrived() {
+    std::unique_lock lock(serving_, std::try_to_lock);
+    if (!lock) return false;
+    epoll_event events[16];
+    const int n = epoll_wait(epfd_, events, 16, 0);
+    handle(events, n);
+    return n > 0;
+  }
+
  private:
+  // Caller holds serving_. The thread woken for these events may find them served already:
+  // every socket is non-blocking, so it then reads nothing and sleeps again.
+  void handle(const epoll_event* events, int n) {
+    for (int i = 0; i < n; ++i) {
+      const int fd = events[i].data.fd;
+      if (fd == listener_)
+        accept_all();
+      else
+        serve(fd, events[i].events);
+    }
+  }
+
   struct Entry {
     std::unique_ptr<InboundConnection> connection;
     uint64_t serial;  // tells a reused fd number from the connection that had it
@@ -106,6 +124,7 @@ class ResponderLoop {
       }
       const uint64_t serial = ++serials_;
       connections_[fd] = Entry{std::make_unique<InboundConnection>(fd), serial, EPOLLIN};
+      inbound_connections.fetch_add(1, std::memory_order_relaxed);
       watch(fd, EPOLLIN, EPOLL_CTL_ADD);
       waiting_.push_back({fd, serial});
       if (waiting_.size() > kMaxUnauthenticated) close_unauthenticated(Clock::time_point::max());
@@ -135,6 +154,7 @@ class ResponderLoop {
   void drop(std::unordered_map<int, Entry>::iterator it) {
     epoll_ctl(epfd_, EPOLL_CTL_DEL, it->first, nullptr);
     connections_.erase(it);  // closes the socket
+    inbound_connections.fetch_sub(1, std::memory_order_relaxed);
   }
 
   bool connection_waiting() const {
@@ -189,6 +209,7 @@ class ResponderLoop {
     }
   }
 
+  std::mutex serving_;  // the loop's thread, or an application thread in serve_arrived()
   const int listener_;
   const int epfd_;
   const std::chrono::milliseconds unauthenticated_timeout_ = unauthenticated_timeout();
@@ -198,6 +219,11 @@ class ResponderLoop {
   uint64_t closed_total_ = 0;
   std::optional<Clock::time_point> listener_rests_until_;  // out of descriptors
 };
+
+// The loop of the process that listens. A forked child inherits the pointer and the sockets
+// but not the thread: it must not read its parent's connections.
+std::atomic<ResponderLoop*> g_loop{nullptr};
+std::atomic<pid_t> g_loop_pid{0};
 
 }  // namespace
 
@@ -231,7 +257,15 @@ void ensure_listening() {
   listening_pid = current_pid();
   // Never destroyed: the loop serves until the process ends.
   auto* loop = new ResponderLoop(fd, epfd);
+  g_loop_pid.store(current_pid(), std::memory_order_relaxed);
+  g_loop.store(loop, std::memory_order_release);
   std::thread([loop] { loop->run(); }).detach();
+}
+
+bool serve_arrived_requests_now() {
+  ResponderLoop* loop = g_loop.load(std::memory_order_acquire);
+  return loop && g_loop_pid.load(std::memory_order_relaxed) == current_pid() &&
+         loop->serve_arrived();
 }
 
 }  // namespace softrdma::wire

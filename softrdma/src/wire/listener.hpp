@@ -4,6 +4,9 @@
 // listener can serve any QP of the host (the responder reaches QPs through the registry).
 #pragma once
 
+#include <atomic>
+#include <cstddef>
+
 namespace softrdma::wire {
 
 /// Makes this process one of the host's listeners; cheap after the first call. One thread
@@ -11,5 +14,18 @@ namespace softrdma::wire {
 /// well-formed request are bounded in number and closed after a timeout
 /// (SOFTRDMA_UNAUTHENTICATED_TIMEOUT_MS, default 10 s).
 void ensure_listening();
+
+/// Inbound connections of this process being served.
+inline std::atomic<size_t> inbound_connections{0};
+
+/// Executes the requests that have arrived on this process's inbound connections, in the
+/// calling thread, unless the serving thread is at it: an application polling its CQ for a
+/// peer's SEND, or waiting for its own answer, would otherwise wait for that thread to be
+/// scheduled. True if anything had arrived.
+bool serve_arrived_requests_now();
+/// serve_arrived_requests_now(), if this process serves any inbound connection.
+inline bool serve_arrived_requests() {
+  return inbound_connections.load(std::memory_order_relaxed) != 0 && serve_arrived_requests_now();
+}
 
 }  // namespace softrdma::wire
