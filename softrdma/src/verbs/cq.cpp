@@ -80,9 +80,13 @@ int poll_cq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
   // Answers that other hosts sent this process's requests are taken here and now, instead
   // of by the link's reader thread woken for them; they may complete something on this CQ.
   wire::Link::take_arrived_responses();
-  // So are the requests other hosts sent this process's QPs (a SEND this poll waits for).
-  wire::serve_arrived_requests();
-  return take_completions(to_cq(cq)->shared, num_entries, wc);
+  CqShared* shared = to_cq(cq)->shared;
+  const int taken = take_completions(shared, num_entries, wc);
+  // A poll that finds nothing executes the requests other hosts sent this process's QPs (a
+  // SEND it may be waiting for), rather than wait for the serving thread to be scheduled.
+  if (taken == 0 && wire::serve_arrived_requests())
+    return take_completions(shared, num_entries, wc);
+  return taken;
 }
 
 int req_notify_cq(ibv_cq* cq, int solicited_only) {
