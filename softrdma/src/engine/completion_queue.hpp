@@ -30,7 +30,7 @@ bool cq_push_own(PeerArena& (*self)(), CqShared* cq, const CqEntry& entry, bool 
 /// (owner only; safe between the owner's threads). If another thread takes them first, the
 /// calls are made again for what is left, so `take` only fills in the caller's output.
 template <class Take>
-int cq_take(CqShared* cq, int max, Take take) {
+[[gnu::always_inline]] inline int cq_take(CqShared* cq, int max, Take take) {
   for (;;) {
     uint64_t head = cq->head.load(std::memory_order_relaxed);
     const uint64_t mask = cq->capacity - 1;

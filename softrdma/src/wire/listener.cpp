@@ -136,8 +136,11 @@ class ResponderLoop {
     if (it == connections_.end()) return;
     InboundConnection& c = *it->second.connection;
     bool ok = true;
-    if (events & (EPOLLERR | EPOLLHUP)) ok = false;
-    if (ok && (events & EPOLLOUT)) ok = c.on_writable();
+    // An error or hang-up is left for the socket calls to report: the events may be stale,
+    // read before another thread served the connection, closed it, and accepted a new one
+    // on the same number.
+    if (events & (EPOLLERR | EPOLLHUP)) events |= EPOLLIN;
+    if (events & EPOLLOUT) ok = c.on_writable();
     if (ok && (events & EPOLLIN)) ok = c.on_readable();
     if (!ok) {
       drop(it);
