@@ -79,7 +79,7 @@ InboundRequest to_inbound(const Request& h, const iovec* local, int count) {
 }
 
 InboundConnection::InboundConnection(int fd) : fd_(fd), accepted_at_(Clock::now()) {
-  tune_socket(fd_);
+  tune_data_socket(fd_);
 }
 
 InboundConnection::~InboundConnection() {

@@ -44,7 +44,7 @@ int connect_to(uint32_t ipv4_be, uint16_t port) {
     return -1;
   }
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-  tune_socket(fd);
+  tune_data_socket(fd);
   return fd;
 }
 

@@ -32,4 +32,14 @@ void tune_socket(int fd) {
   setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
 }
 
+void tune_data_socket(int fd) {
+  tune_socket(fd);
+  // Autotuning starts a send buffer at 16 KiB (tcp_wmem) and grows it with the window: the
+  // first thousands of 64 KiB requests were written in pieces, the rest queued for the
+  // writer thread. A fixed size (capped by net.core.wmem_max, doubled by the kernel) takes
+  // whole messages at once; receive buffers keep autotuning, which goes further.
+  constexpr int kSendBuffer = 4 << 20;
+  setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &kSendBuffer, sizeof kSendBuffer);
+}
+
 }  // namespace softrdma::wire

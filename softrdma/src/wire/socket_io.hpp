@@ -14,5 +14,7 @@ ssize_t write_now(int fd, const iovec* iov, int count);
 size_t iov_bytes(const iovec* iov, int count);
 /// TCP_NODELAY and keepalive, as for any latency-sensitive connection.
 void tune_socket(int fd);
+/// tune_socket, and a send buffer that takes whole large messages from the first one on.
+void tune_data_socket(int fd);
 
 }  // namespace softrdma::wire
