@@ -294,11 +294,10 @@ void on_readable(Engine& e, int fd) {
   }
 }
 
-void on_listener(Engine& e, CmId* listener) {
-  // Accepted by a waiter serving the listener: the CM thread starts watching the connection
-  // only when that waiter is done with it, so it does not wake for the request the waiter
-  // is about to read.
-  const bool by_waiter = e.watches[listener->sock].claimed > 0;
+// `by_waiter`: a waiter serving the listener accepts. The CM thread then starts watching the
+// connection only when that waiter is done with it, so it does not wake for the request the
+// waiter is about to read.
+void on_listener(Engine& e, CmId* listener, bool by_waiter) {
   for (;;) {
     int fd = accept4(listener->sock, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) return;
@@ -321,7 +320,7 @@ void on_listener(Engine& e, CmId* listener) {
 void serve(Engine& e, int fd, Watch& w) {
   CmId* id = w.id;
   if (id && id->state == IdState::kListening && id->sock == fd)
-    on_listener(e, id);
+    on_listener(e, id, w.claimed > 0);
   else if (w.connecting)
     on_connect_done(e, id, fd);
   else
@@ -386,6 +385,13 @@ bool in_handshake(int fd, const Watch& w) {
   }
 }
 
+// The watch `s` names, unless it is gone or a new watch has the same number (closed
+// meanwhile).
+Watch* still_watched(Engine& e, const ClaimedSocket& s) {
+  auto it = e.watches.find(s.fd);
+  return it != e.watches.end() && it->second.serial == s.serial ? &it->second : nullptr;
+}
+
 }  // namespace
 
 size_t claim_channel_sockets(const EventChannel* ch, ClaimedSocket* out, size_t max) {
@@ -407,16 +413,11 @@ size_t claim_channel_sockets(const EventChannel* ch, ClaimedSocket* out, size_t 
 void release_channel_sockets(const ClaimedSocket* claimed, size_t n) {
   Engine& e = engine();
   for (size_t i = 0; i < n; ++i) {
-    // Gone, or a new watch on the same number (closed meanwhile): not this claim's.
-    auto it = e.watches.find(claimed[i].fd);
-    if (it == e.watches.end() || it->second.serial != claimed[i].serial) continue;
-    if (--it->second.claimed == 0) epoll_set(e, claimed[i].fd, EPOLLIN | EPOLLRDHUP, true);
+    Watch* w = still_watched(e, claimed[i]);
+    if (w && --w->claimed == 0) epoll_set(e, claimed[i].fd, EPOLLIN | EPOLLRDHUP, true);
   }
-  for (const ClaimedSocket& s : e.unwatched) {
-    auto it = e.watches.find(s.fd);
-    if (it != e.watches.end() && it->second.serial == s.serial)
-      epoll_set(e, s.fd, EPOLLIN | EPOLLRDHUP, true);
-  }
+  for (const ClaimedSocket& s : e.unwatched)
+    if (still_watched(e, s)) epoll_set(e, s.fd, EPOLLIN | EPOLLRDHUP, true);
   e.unwatched.clear();
 }
 

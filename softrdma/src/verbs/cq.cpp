@@ -139,8 +139,8 @@ Cq* create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel*
     return nullptr;
   }
   Arena& arena = Arena::self();
-  const uint32_t reserve = std::max(kMinRingReserve, std::bit_ceil(static_cast<uint32_t>(cqe)));
   const uint32_t capacity = std::bit_ceil(static_cast<uint32_t>(cqe));
+  const uint32_t reserve = std::max(kMinRingReserve, capacity);
   const uint64_t off = arena.allocate(cq_shared_bytes(reserve), cq_shared_bytes(capacity));
   auto* cq = off ? new (std::nothrow) Cq() : nullptr;
   if (!cq) {
