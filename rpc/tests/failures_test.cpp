@@ -3,8 +3,6 @@
 // blocking endpoint that uses no CPU.
 #include <gtest/gtest.h>
 #include <poll.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <time.h>
 
 #include <atomic>
@@ -112,22 +110,6 @@ TEST_P(RpcTest, APeerThatStopsAnsweringIsDeclaredDead) {
   EXPECT_GE(std::chrono::steady_clock::now() - start, 50ms);
 }
 
-// Runs `body` in a child process; returns its pid. The child never returns into gtest.
-template <typename Body>
-pid_t in_child(Body&& body) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    body();
-    _exit(0);
-  }
-  return pid;
-}
-
-void kill_and_reap(pid_t pid) {
-  kill(pid, SIGKILL);
-  waitpid(pid, nullptr, 0);
-}
-
 TEST_P(RpcTest, AClientThatDiesWithCallsInFlightIsClosedAndOthersAreServed) {
   std::vector<std::pair<SessionId, SessionEvent>> events;
   Options options;
@@ -136,14 +118,14 @@ TEST_P(RpcTest, AClientThatDiesWithCallsInFlightIsClosedAndOthersAreServed) {
   int ready[2];
   ASSERT_EQ(pipe(ready), 0);
   std::optional<Client> local;
-  pid_t child = -1;
+  std::optional<ChildProcess> child;
   if (GetParam() == "inproc") {
     // One process: the client endpoint is destroyed instead.
     local.emplace(connect_to(server));
     for (int i = 0; i < 4; ++i) ASSERT_TRUE(local->call(bytes("doomed"), i).ok());
     local->poll([](const Response&) {});
   } else {
-    child = in_child([&] {
+    child.emplace([&] {
       Client doomed = Client::connect(server.url());  // the parent serves it
       for (int i = 0; i < 4; ++i) doomed.call(bytes("doomed"), static_cast<uint64_t>(i));
       doomed.poll([](const Response&) {});
@@ -169,8 +151,8 @@ TEST_P(RpcTest, AClientThatDiesWithCallsInFlightIsClosedAndOthersAreServed) {
   }));
   const SessionId doomed_session = held[0].session();
   ASSERT_TRUE(server.call(doomed_session, bytes("are you there"), 77).ok());
-  if (child > 0) {
-    kill_and_reap(child);
+  if (child) {
+    child->kill_and_reap();
   } else {
     local.reset();
   }
@@ -206,7 +188,7 @@ TEST_P(RpcTest, AServerThatDiesCompletesEveryPendingCallWithAnError) {
   int address_pipe[2];
   ASSERT_EQ(pipe(address_pipe), 0);
   const std::string want = url();
-  const pid_t child = in_child([&] {
+  ChildProcess child([&] {
     Server server = Server::listen(want);
     const std::string& bound = server.url();
     [[maybe_unused]] ssize_t n = write(address_pipe[1], bound.data(), bound.size());
@@ -226,7 +208,7 @@ TEST_P(RpcTest, AServerThatDiesCompletesEveryPendingCallWithAnError) {
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(client.call(bytes("x"), i).ok());
   for (int i = 0; i < 1000; ++i) client.poll([](const Response&) { ADD_FAILURE() << "answered?"; });
   std::this_thread::sleep_for(20ms);
-  kill_and_reap(child);
+  child.kill_and_reap();
   std::map<uint64_t, Code> codes;
   ASSERT_TRUE(poll_until(
       client, {}, [&] { return codes.size() == 3; },

@@ -3,10 +3,8 @@
 // everyone else (run under ASan too: no access outside the rings).
 #include <gtest/gtest.h>
 #include <poll.h>
-#include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -148,8 +146,7 @@ TEST_P(HostileShmClient, GetsItsSessionClosedWhileTheServerServesOthers) {
   Server server = Server::listen(fresh_url("shm"), options);
   int done[2];
   ASSERT_EQ(pipe(done), 0);
-  const pid_t child = fork();
-  if (child == 0) {
+  ChildProcess child([&] {
     Client client = Client::connect(server.url());
     // One honest call first (the server accepts the session), then the attack.
     client.call(bytes("honest"), 1);
@@ -159,7 +156,8 @@ TEST_P(HostileShmClient, GetsItsSessionClosedWhileTheServerServesOthers) {
     const char c = 1;
     [[maybe_unused]] ssize_t n = write(done[1], &c, 1);
     for (;;) pause();
-  }
+  });
+  ASSERT_TRUE(child.started());
   char c = 0;
   // Serve while the child attacks.
   std::optional<SessionId> hostile;
@@ -177,8 +175,7 @@ TEST_P(HostileShmClient, GetsItsSessionClosedWhileTheServerServesOthers) {
     }
     if (attacked && hostile && !server.is_open(*hostile)) break;
   }
-  kill(child, SIGKILL);
-  waitpid(child, nullptr, 0);
+  child.kill_and_reap();
   close(done[0]);
   close(done[1]);
   ASSERT_TRUE(attacked);

@@ -3,6 +3,9 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -85,6 +88,37 @@ inline void expect_new_client_served(Server& server, const Options& options = {}
       [&](const Response& r) { answer = text(r.data); }));
   EXPECT_EQ(answer, "served");
 }
+
+/// `body` run in a fork()ed child that never returns into gtest, dies with the test process
+/// (a test that times out leaves none behind), and is killed and reaped when this goes.
+class ChildProcess {
+ public:
+  template <typename Body>
+  explicit ChildProcess(Body&& body) {
+    const pid_t parent = getpid();
+    pid_ = fork();
+    if (pid_ == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(1);  // the parent died before the line above
+      body();
+      _exit(0);
+    }
+  }
+  ~ChildProcess() { kill_and_reap(); }
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  bool started() const { return pid_ > 0; }
+  void kill_and_reap() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+};
 
 class RpcTest : public ::testing::TestWithParam<std::string> {
  protected:

@@ -101,8 +101,8 @@ class ReapedChild {
 };
 
 /// A fork()ed child running `body` (its return value is the exit status). Fork before the
-/// parent connects QPs: connecting starts helper threads, and one that is starting while
-/// fork() runs can leave the sanitizers' allocator locked in the child (ASan's allocator
+/// parent connects QPs: connecting gives helper threads work, and one inside the allocator
+/// while fork() runs leaves the sanitizers' allocator locked in the child (ASan's allocator
 /// takes no fork lock).
 class Child : public ReapedChild {
  public:

@@ -8,10 +8,10 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
-#include <thread>
 #include <vector>
 
 #include "cm/cm_context.hpp"
+#include "common/background_thread.hpp"
 #include "common/current_pid.hpp"
 #include "common/log.hpp"
 #include "wire/socket_io.hpp"
@@ -69,7 +69,7 @@ void ensure_started(Engine& e) {
   ev.events = EPOLLIN;
   ev.data.fd = e.wake_fd;
   epoll_ctl(e.epfd, EPOLL_CTL_ADD, e.wake_fd, &ev);
-  std::thread(loop).detach();
+  start_background_thread(loop);
 }
 
 // The watch of a descriptor just opened (a number closed before may come back).

@@ -9,9 +9,9 @@
 #include <cstring>
 #include <map>
 #include <mutex>
-#include <thread>
 #include <vector>
 
+#include "common/background_thread.hpp"
 #include "common/log.hpp"
 #include "engine/registry.hpp"
 #include "engine/responder.hpp"
@@ -108,7 +108,7 @@ int receiver_socket(Receiver& r) {
     return -1;
   }
   r.fd = fd;
-  std::thread(receive_loop, fd).detach();
+  start_background_thread([fd] { receive_loop(fd); });
   return fd;
 }
 

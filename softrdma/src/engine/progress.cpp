@@ -7,9 +7,9 @@
 #include <mutex>
 #include <optional>
 #include <set>
-#include <thread>
 #include <vector>
 
+#include "common/background_thread.hpp"
 #include "common/current_pid.hpp"
 #include "engine/requester.hpp"
 
@@ -96,7 +96,7 @@ void progress_schedule(Qp* qp, Clock::time_point when) {
   if (s.thread_pid != current_pid()) {
     s.thread_pid = current_pid();
     s.helper_sleeps_until = Clock::time_point::min();  // a new helper scans before it sleeps
-    std::thread(helper_thread).detach();
+    start_background_thread(helper_thread);
   } else if (when < s.helper_sleeps_until) {
     s.wake.notify_one();
   }

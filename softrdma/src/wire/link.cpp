@@ -11,8 +11,8 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
-#include <thread>
 
+#include "common/background_thread.hpp"
 #include "common/current_pid.hpp"
 #include "common/log.hpp"
 #include "engine/memory_access.hpp"
@@ -81,7 +81,7 @@ std::shared_ptr<Link> Link::to(uint32_t ipv4_be, uint16_t port) {
   link->self_ = link;
   l.by_destination[destination] = link;
   open_links.store(l.by_destination.size(), std::memory_order_relaxed);
-  std::thread(read_loop, link).detach();
+  start_background_thread([link] { read_loop(link); });
   return link;
 }
 
@@ -150,7 +150,7 @@ void Link::queue(const iovec* iov, int count, size_t offset, int first_borrowed)
   if (waiting.borrows()) borrowing_.fetch_add(1, std::memory_order_relaxed);
   if (!flusher_started_) {
     flusher_started_ = true;
-    std::thread(flush_loop, self_.lock()).detach();
+    start_background_thread([link = self_.lock()] { flush_loop(link); });
   }
   backlog_ready_.notify_one();
 }

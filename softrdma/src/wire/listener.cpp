@@ -13,9 +13,9 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <thread>
 #include <unordered_map>
 
+#include "common/background_thread.hpp"
 #include "common/current_pid.hpp"
 #include "common/log.hpp"
 #include "wire/inbound_connection.hpp"
@@ -262,7 +262,7 @@ void ensure_listening() {
   auto* loop = new ResponderLoop(fd, epfd);
   g_loop_pid.store(current_pid(), std::memory_order_relaxed);
   g_loop.store(loop, std::memory_order_release);
-  std::thread([loop] { loop->run(); }).detach();
+  start_background_thread([loop] { loop->run(); });
 }
 
 bool serve_arrived_requests_now() {
