@@ -1,5 +1,6 @@
-// A region a peer has already used and that is then deregistered, re-registered, or
-// deregistered while another thread writes into it: the next access sees it as it is now.
+// A region a peer (or, for the local side, this QP) has already used and that is then
+// deregistered, re-registered, or deregistered while another thread writes into it: the
+// next access sees it as it is now.
 #include <atomic>
 #include <thread>
 
@@ -58,6 +59,54 @@ TEST_F(MrInUseTest, ARegionReregisteredUnderItsKeyIsReachedAsItIsNow) {
             0);
   moved.fill(0);
   EXPECT_EQ(WriteAndWait(3, src, moved.addr(), dst.rkey()), IBV_WC_REM_ACCESS_ERR);
+  EXPECT_TRUE(moved.all(0));
+}
+
+// The local side of a request is checked as it is now, too: the region a QP read into last
+// is remembered by that QP (engine/local_key_cache.hpp), and must not outlive a change.
+TEST_F(MrInUseTest, ALocalRegionReadIntoThatIsDeregisteredFailsTheNextRead) {
+  Buffer local = NewBuffer(8, kRemoteAccess, 0);
+  Buffer src = NewBuffer(8, kRemoteAccess, 0x44);
+  const ibv_sge into_local = local.sge(0, 8);
+  // Twice: a QP's first request finds its peer, later ones go the direct way.
+  for (uint64_t id : {1, 2}) {
+    ASSERT_EQ(post_send(p_.a, rdma_wr(id, IBV_WR_RDMA_READ, src.addr(), src.rkey()), {into_local}),
+              0);
+    ASSERT_TRUE(completed(poll_one(p_.cq_a), id));
+  }
+  ASSERT_TRUE(local.all(0x44));
+  ASSERT_EQ(ibv_dereg_mr(local.mr.release()), 0);
+  local.fill(0);
+
+  ASSERT_EQ(post_send(p_.a, rdma_wr(3, IBV_WR_RDMA_READ, src.addr(), src.rkey()), {into_local}), 0);
+  EXPECT_EQ(poll_one(p_.cq_a).status, IBV_WC_LOC_PROT_ERR);
+  EXPECT_TRUE(local.all(0)) << "read into after ibv_dereg_mr";
+}
+
+TEST_F(MrInUseTest, ALocalRegionReregisteredIsReadIntoAsItIsNow) {
+  Buffer moved = allocate_buffer(4096, 0);  // outlives the region that ends up on it
+  Buffer local = NewBuffer(4096, kRemoteAccess, 0);
+  Buffer src = NewBuffer(8, kRemoteAccess, 0x55);
+  ASSERT_EQ(
+      post_send(p_.a, rdma_wr(1, IBV_WR_RDMA_READ, src.addr(), src.rkey()), {local.sge(0, 8)}), 0);
+  ASSERT_TRUE(completed(poll_one(p_.cq_a), 1));
+  local.fill(0);
+
+  // Other pages under the same key: the next read lands there, not in the old pages.
+  ASSERT_EQ(
+      ibv_rereg_mr(local.mr.get(), IBV_REREG_MR_CHANGE_TRANSLATION, nullptr, moved.data(), 4096, 0),
+      0);
+  const ibv_sge into_moved{moved.addr(), 8, local.mr->lkey};
+  ASSERT_EQ(post_send(p_.a, rdma_wr(2, IBV_WR_RDMA_READ, src.addr(), src.rkey()), {into_moved}), 0);
+  ASSERT_TRUE(completed(poll_one(p_.cq_a), 2));
+  EXPECT_TRUE(moved.all(0x55, 0, 8));
+  EXPECT_TRUE(local.all(0)) << "the old pages were read into";
+
+  // And now without local write access: a read into it is refused.
+  ASSERT_EQ(ibv_rereg_mr(local.mr.get(), IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0, 0), 0);
+  moved.fill(0);
+  ASSERT_EQ(post_send(p_.a, rdma_wr(3, IBV_WR_RDMA_READ, src.addr(), src.rkey()), {into_moved}), 0);
+  EXPECT_EQ(poll_one(p_.cq_a).status, IBV_WC_LOC_PROT_ERR);
   EXPECT_TRUE(moved.all(0));
 }
 

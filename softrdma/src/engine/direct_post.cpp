@@ -60,16 +60,18 @@ bool common_shape(const Qp& qp, const ibv_send_wr& wr) {
 }
 
 // The local buffer of the single SGE, checked against this QP's PD; null if not allowed.
-char* local_buffer(const Qp& qp, const ibv_send_wr& wr) {
+char* local_buffer(Qp& qp, const ibv_send_wr& wr) {
   const ibv_sge& sge = wr.sg_list[0];
   if (wr.send_flags & IBV_SEND_INLINE) return reinterpret_cast<char*>(sge.addr);
-  const MrSlot* s = Registry::instance().mr_slot(sge.lkey);
   const bool reads_it = wr.opcode == IBV_WR_RDMA_WRITE || is_send(wr.opcode);
   const uint32_t need = reads_it ? 0 : IBV_ACCESS_LOCAL_WRITE;
+  if (char* here = qp.local_keys.find(sge.lkey, sge.addr, sge.length, need)) return here;
+  const MrSlot* s = Registry::instance().mr_slot(sge.lkey);
   if (!s || s->key.load(std::memory_order_acquire) != sge.lkey || s->kind != KeyKind::kRegion ||
       (s->access & IBV_ACCESS_ON_DEMAND) ||
       !admits(*s, sge.addr, sge.length, self_process(), qp.pd_id, need))
     return nullptr;
+  qp.local_keys.remember(*s, sge.lkey);
   return reinterpret_cast<char*>(s->host_addr + (sge.addr - s->iova));
 }
 

@@ -150,7 +150,7 @@ Slot* claim_slot(Slot* slots, uint32_t capacity, std::atomic<uint32_t>& hint, ui
 
 }  // namespace
 
-Registry& Registry::instance() {
+Registry& Registry::map_instance() {
   static Registry* registry = [] {
     const std::string path = registry_path();
     int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
@@ -167,6 +167,7 @@ Registry& Registry::instance() {
     if (base == MAP_FAILED) throw std::system_error(errno, std::generic_category(), "mmap");
     return new Registry(base, claim_qpn_range(path));
   }();
+  mapped_.store(registry, std::memory_order_release);
   return *registry;
 }
 

@@ -97,7 +97,12 @@ class Registry {
   static_assert(kFirstQpn + kQpnRanges * kQpCapacity <= (1u << 24), "QP numbers are 24 bits");
 
   /// Maps (creating if needed) the registry of this user. Throws std::system_error.
-  static Registry& instance();
+  /// Inline: every same-host operation that misses a cache asks for it.
+  static Registry& instance() {
+    if (Registry* r = mapped_.load(std::memory_order_acquire)) [[likely]]
+      return *r;
+    return map_instance();
+  }
 
   /// The range that `qpn` falls in (kQpnRanges for a number in none).
   static uint32_t qpn_range(uint32_t qpn) {
@@ -155,6 +160,9 @@ class Registry {
   ProcessLock& atomic_lock(pid_t pid, uint64_t host_addr);
 
  private:
+  static Registry& map_instance();
+  static inline std::atomic<Registry*> mapped_{nullptr};  // set once mapped, never changed
+
   struct Header;
   Registry(void* base, uint32_t qpn_range);
   // An MR slot claimed for this process with its key chosen; published by publish_key.

@@ -16,6 +16,7 @@
 
 #include "common/process_lock.hpp"
 #include "engine/arena.hpp"
+#include "engine/local_key_cache.hpp"
 #include "engine/memory_access.hpp"
 #include "engine/memory_windows.hpp"
 #include "engine/region_cache.hpp"
@@ -195,6 +196,7 @@ struct Qp {
   uint32_t next_psn = 0;
   TargetQp peer;                  // RC: the connected QP, resolved on first use
   RegionCache region_cache;       // the peer's regions its one-sided requests used lately
+  LocalKeyCache local_keys;       // the local region its direct requests used last
   bool peer_on_this_host = true;  // RC: decided at RTR from the destination GID
   // Created with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS: the ibv_wr_* API and its pending batch.
   std::unique_ptr<WrBatch> wr_batch;
