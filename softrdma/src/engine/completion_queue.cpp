@@ -77,6 +77,9 @@ bool push(OwnerOf owner, CqShared* cq, const CqEntry& entry, bool solicited) {
     fill(cq->slots()[tail & (cq->capacity - 1)], entry, tail);
     cq->tail = tail + 1;
   }
+  // Without a completion channel (set at creation, never changed) nobody can wait for an
+  // event: a busy-polling application pays no second locked instruction per completion.
+  if (cq->channel_eventfd < 0) return true;
   // An RMW, paired with the one in req_notify_cq: either it sees the CQ armed, or the
   // arming thread's next poll sees this entry. Plain store-then-load on both sides could
   // each miss the other (store buffering) and lose the wake-up.
