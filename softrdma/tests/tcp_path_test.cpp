@@ -164,8 +164,10 @@ class TcpPathTest : public RcLoopbackTest {
   uint32_t listening_qpn_ = 0;
 
   // An RC QP with its CQ, connected to QP `qpn` of a fake host at `ip` (not one of
-  // softrdma0's GIDs, so reached over TCP), with a short ACK timeout: 4 ms, tried twice.
-  void QpToFakeHost(const char* ip, uint32_t qpn, ibv_cq*& cq, ibv_qp*& qp) {
+  // softrdma0's GIDs, so reached over TCP), with a short ACK timeout, tried twice: by
+  // default 4.096 us * 2^10 = 4 ms.
+  void QpToFakeHost(const char* ip, uint32_t qpn, ibv_cq*& cq, ibv_qp*& qp,
+                    uint8_t ack_timeout = 10) {
     cq = NewCq();
     qp = NewQp(IBV_QPT_RC, cq, cq);
     ASSERT_NE(qp, nullptr);
@@ -173,7 +175,7 @@ class TcpPathTest : public RcLoopbackTest {
     remote.raw[10] = remote.raw[11] = 0xff;
     inet_pton(AF_INET, ip, &remote.raw[12]);
     RcParams fast;
-    fast.timeout = 10;
+    fast.timeout = ack_timeout;
     fast.retry_cnt = 1;
     ASSERT_EQ(rc_connect(qp, qpn, remote, fast), 0);
   }
@@ -434,7 +436,9 @@ TEST_F(TcpPathTest, APayloadStillQueuedWhenItsRequestFailsIsSentAsItWasPosted) {
   constexpr size_t kPayload = size_t{1} << 20;  // 16 MiB in all: more than socket buffers
   ibv_cq* cq = nullptr;
   ibv_qp* qp = nullptr;
-  ASSERT_NO_FATAL_FAILURE(QpToFakeHost("127.0.0.4", kFakeQpn, cq, qp));
+  // 134 ms, tried twice: the QP must not fail before all its requests are posted, as it did
+  // with 4 ms under TSan on a loaded machine (then only 9 of them were ever sent).
+  ASSERT_NO_FATAL_FAILURE(QpToFakeHost("127.0.0.4", kFakeQpn, cq, qp, 15));
   Buffer src = NewBuffer(kPayload, kRemoteAccess, 'p');
   std::atomic<bool> read_now{false};
   std::atomic<uint32_t> payloads_read{0};
