@@ -25,6 +25,14 @@ std::vector<std::string> command(const std::vector<std::string>& prefix, const s
   return argv;
 }
 
+// perftest times a run with the CPU's cycle counter, whose rate it calibrates against the
+// wall clock at the end; on a loaded machine that calibration can fail ("Correlation
+// coefficient r^2: ... < 0.9"), and perftest then exits 1 after the transfers completed.
+bool perftest_clock_failed(const Exit& e) {
+  return e.output.find("Correlation coefficient r^2") != std::string::npos &&
+         e.output.find("Can't produce a report") != std::string::npos;
+}
+
 }  // namespace
 
 PairCase same_program(const std::string& name, const std::string& program_and_args) {
@@ -34,17 +42,22 @@ PairCase same_program(const std::string& name, const std::string& program_and_ar
 void run_pair(const PairCase& c, Placement where, const TwoHosts* hosts) {
   const bool netns = where != Placement::kThisHost;
   ASSERT_TRUE(!netns || (hosts && hosts->ok())) << "no network namespaces";
-  const int port = c.fixed_port ? c.fixed_port : free_tcp_port();
   const std::string server_addr = netns ? hosts->address(0) : "127.0.0.1";
   const std::vector<std::string> none;
   const auto& server_ns = netns ? hosts->on(0) : none;
   const auto& client_ns = where == Placement::kTwoHosts ? hosts->on(1) : server_ns;
-  Process server(command(server_ns, expand(c.server, port, server_addr)));
-  ASSERT_TRUE(wait_listening(port, 10s, netns ? server.pid() : 0)) << "server did not listen";
-  auto client = run(command(client_ns, expand(c.client, port, server_addr)), 120s);
-  auto served = server.wait(30s);
-  EXPECT_TRUE(client.ok()) << "client: " << client.describe();
-  EXPECT_TRUE(served.ok()) << "server: " << served.describe();
+  // Once more only when perftest's own clock calibration failed, never for anything else.
+  for (int attempt = 0;; ++attempt) {
+    const int port = c.fixed_port ? c.fixed_port : free_tcp_port();
+    Process server(command(server_ns, expand(c.server, port, server_addr)));
+    ASSERT_TRUE(wait_listening(port, 10s, netns ? server.pid() : 0)) << "server did not listen";
+    auto client = run(command(client_ns, expand(c.client, port, server_addr)), 120s);
+    auto served = server.wait(30s);
+    if (attempt == 0 && perftest_clock_failed(client)) continue;
+    EXPECT_TRUE(client.ok()) << "client: " << client.describe();
+    EXPECT_TRUE(served.ok()) << "server: " << served.describe();
+    return;
+  }
 }
 
 }  // namespace rdmakit::testing
