@@ -1,4 +1,5 @@
-// The library's own threads (CM, serving, progress, link readers and writers).
+// The library's own threads (CM, serving, progress, link readers and writers, multicast
+// receiver, the arena's life-lock holder).
 #pragma once
 
 #include <functional>

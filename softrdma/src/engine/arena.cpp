@@ -9,15 +9,14 @@
 #include <unistd.h>
 #include <algorithm>
 #include <cerrno>
-#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <future>
 #include <system_error>
-#include <thread>
 #include <unordered_map>
 
+#include "common/background_thread.hpp"
 #include "common/current_pid.hpp"
 #include "common/log.hpp"
 
@@ -46,15 +45,11 @@ void hold_life_lock(pthread_mutex_t* life) {
   pthread_mutex_init(life, &attr);
   pthread_mutexattr_destroy(&attr);
   std::promise<void> held;
-  std::thread([life, &held] {
-    // Signals stay with the application's threads.
-    sigset_t all;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, nullptr);
+  start_background_thread([life, &held] {
     pthread_mutex_lock(life);
     held.set_value();
     for (;;) pause();
-  }).detach();
+  });
   held.get_future().wait();
 }
 
