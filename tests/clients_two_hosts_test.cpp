@@ -42,6 +42,13 @@ INSTANTIATE_TEST_SUITE_P(
                       same_program("uc_4KiB", "ibv_uc_pingpong -g 0 -c -s 4096 -n 200")),
     case_name);
 
+// Our own check: every way of waiting for the other host, and the changes between them.
+INSTANTIATE_TEST_SUITE_P(WaitModes, ClientPairTwoHosts,
+                         ::testing::Values(PairCase{"poll_event_memory",
+                                                    WAIT_MODES_CHECK " server {port}",
+                                                    WAIT_MODES_CHECK " client {server} {port}"}),
+                         case_name);
+
 INSTANTIATE_TEST_SUITE_P(
     Perftest, ClientPairTwoHosts,
     ::testing::Values(same_program("write_bw_all_sizes", "ib_write_bw -a -n 50"),

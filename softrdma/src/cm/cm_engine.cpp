@@ -69,7 +69,7 @@ void ensure_started(Engine& e) {
   ev.events = EPOLLIN;
   ev.data.fd = e.wake_fd;
   epoll_ctl(e.epfd, EPOLL_CTL_ADD, e.wake_fd, &ev);
-  start_background_thread(loop);
+  start_background_thread("softrdma-cm", loop);
 }
 
 // The watch of a descriptor just opened (a number closed before may come back).

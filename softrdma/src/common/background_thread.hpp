@@ -2,7 +2,9 @@
 // receiver, the arena's life-lock holder).
 #pragma once
 
+#include <cstddef>
 #include <functional>
+#include <utility>
 
 namespace softrdma {
 
@@ -10,6 +12,13 @@ namespace softrdma {
 /// returns once that thread runs. A thread still starting holds locks of the C library and of
 /// sanitizer runtimes; a fork() right after the call that created it would leave the child
 /// unable to start threads of its own.
-void start_background_thread(std::function<void()> body);
+void start_named_thread(const char* name, std::function<void()> body);
+
+/// start_named_thread, for a name that `top -H` and `perf` will show whole.
+template <size_t N>
+void start_background_thread(const char (&name)[N], std::function<void()> body) {
+  static_assert(N <= 16, "a Linux thread name holds at most 15 characters");
+  start_named_thread(name, std::move(body));
+}
 
 }  // namespace softrdma

@@ -45,7 +45,7 @@ void hold_life_lock(pthread_mutex_t* life) {
   pthread_mutex_init(life, &attr);
   pthread_mutexattr_destroy(&attr);
   std::promise<void> held;
-  start_background_thread([life, &held] {
+  start_background_thread("softrdma-arena", [life, &held] {
     pthread_mutex_lock(life);
     held.set_value();
     for (;;) pause();

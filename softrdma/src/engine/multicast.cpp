@@ -108,7 +108,7 @@ int receiver_socket(Receiver& r) {
     return -1;
   }
   r.fd = fd;
-  start_background_thread([fd] { receive_loop(fd); });
+  start_background_thread("softrdma-mcast", [fd] { receive_loop(fd); });
   return fd;
 }
 

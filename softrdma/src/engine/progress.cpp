@@ -96,7 +96,7 @@ void progress_schedule(Qp* qp, Clock::time_point when) {
   if (s.thread_pid != current_pid()) {
     s.thread_pid = current_pid();
     s.helper_sleeps_until = Clock::time_point::min();  // a new helper scans before it sleeps
-    start_background_thread(helper_thread);
+    start_background_thread("softrdma-timer", helper_thread);
   } else if (when < s.helper_sleeps_until) {
     s.wake.notify_one();
   }

@@ -13,6 +13,7 @@
 #include "verbs/ops.hpp"
 #include "wire/link.hpp"
 #include "wire/listener.hpp"
+#include "wire/standby.hpp"
 
 using namespace softrdma;
 
@@ -95,6 +96,9 @@ int poll_cq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
 }
 
 int req_notify_cq(ibv_cq* cq, int solicited_only) {
+  // The application will sleep until an event: what arrives from other hosts must wake the
+  // threads that serve it again.
+  wire::Standby::wake_all();
   // An RMW, paired with the one in cq_push (see there).
   to_cq(cq)->shared->armed.exchange(solicited_only ? kCqArmedSolicited : kCqArmedAll,
                                     std::memory_order_acq_rel);

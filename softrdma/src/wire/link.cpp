@@ -81,7 +81,7 @@ std::shared_ptr<Link> Link::to(uint32_t ipv4_be, uint16_t port) {
   link->self_ = link;
   l.by_destination[destination] = link;
   open_links.store(l.by_destination.size(), std::memory_order_relaxed);
-  start_background_thread([link] { read_loop(link); });
+  start_background_thread("softrdma-reader", [link] { read_loop(link); });
   return link;
 }
 
@@ -101,9 +101,15 @@ bool Link::take_arrived_responses_now() {
   for (size_t i = 0; i < n; ++i) {
     Link& link = *taken[i];
     std::unique_lock reading(link.read_mutex_, std::try_to_lock);
-    if (reading && !link.take_responses(handled)) {
+    if (!reading) continue;
+    bool handled_here = false;
+    if (!link.take_responses(handled_here)) {
       reading.unlock();
       link.shut();  // wakes the reader, which reports the link down
+    }
+    if (handled_here) {
+      link.standby_.application_took();
+      handled = true;
     }
   }
   return handled;
@@ -150,7 +156,7 @@ void Link::queue(const iovec* iov, int count, size_t offset, int first_borrowed)
   if (waiting.borrows()) borrowing_.fetch_add(1, std::memory_order_relaxed);
   if (!flusher_started_) {
     flusher_started_ = true;
-    start_background_thread([link = self_.lock()] { flush_loop(link); });
+    start_background_thread("softrdma-writer", [link = self_.lock()] { flush_loop(link); });
   }
   backlog_ready_.notify_one();
 }
@@ -271,11 +277,13 @@ bool Link::take_responses(bool& handled) {
 
 void Link::read_loop(std::shared_ptr<Link> self) {
   for (;;) {
-    pollfd p{self->fd_, POLLIN, 0};
-    if (poll(&p, 1, -1) < 0 && errno != EINTR) break;
+    pollfd p[2] = {{self->fd_, POLLIN, 0}, {self->standby_.fd(), POLLIN, 0}};
+    if (poll(p, 2, -1) < 0 && errno != EINTR) break;
+    if (p[1].revents != 0) self->standby_.stand_by(self->fd_);
     std::lock_guard reading(self->read_mutex_);
     bool handled = false;
     if (!self->take_responses(handled)) break;
+    if (handled) self->standby_.thread_took();
   }
   self->shut();
   on_link_down(*self);

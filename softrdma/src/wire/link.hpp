@@ -1,7 +1,8 @@
 // The requester side of the TCP transport: one connection per remote host, shared by all
-// QPs of this process. Responses are read by a thread that sleeps in poll(), and by
-// application threads that poll a CQ and find it empty: they take what has arrived
-// themselves, so an answer to a polling application costs no thread wake-up. A send never
+// QPs of this process. Responses are read by application threads that poll a CQ, and by a
+// thread that sleeps in poll() for applications that do not (it stands by while they take
+// every answer themselves, wire/standby.hpp): an answer to a polling application costs no
+// thread wake-up. A send never
 // blocks its caller (who holds a QP's send-queue lock, which the reader needs to complete
 // answers): what the socket does not take at once waits in a backlog that a writer thread,
 // started when first needed, flushes in order. A large payload in registered memory waits
@@ -20,6 +21,7 @@
 
 #include "wire/outgoing.hpp"
 #include "wire/protocol.hpp"
+#include "wire/standby.hpp"
 
 namespace softrdma::wire {
 
@@ -89,6 +91,7 @@ class Link {
   Outgoing writing_;                  // what the writer thread took from the backlog
   std::atomic<size_t> borrowing_{0};  // entries that borrow, writing_ included
   std::weak_ptr<Link> self_;          // for starting the writer thread
+  Standby standby_;                   // the reader's, while applications take the answers
   std::atomic<bool> alive_{true};
 };
 

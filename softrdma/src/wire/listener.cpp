@@ -5,6 +5,7 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -20,6 +21,7 @@
 #include "common/log.hpp"
 #include "wire/inbound_connection.hpp"
 #include "wire/protocol.hpp"
+#include "wire/standby.hpp"
 
 namespace softrdma::wire {
 namespace {
@@ -48,14 +50,20 @@ class ResponderLoop {
   // starts: that thread must not need a descriptor the process may have run out of by then.
   ResponderLoop(int listener, int epfd) : listener_(listener), epfd_(epfd) {
     watch(listener_, EPOLLIN, EPOLL_CTL_ADD);
+    if (standby_.fd() >= 0) watch(standby_.fd(), EPOLLIN, EPOLL_CTL_ADD);
   }
 
   [[noreturn]] void run() {
     epoll_event events[64];
     for (;;) {
       const int n = epoll_wait(epfd_, events, 64, kSweepIntervalMs);
+      // Naps holding no lock: the applications serve meanwhile. The events may then be
+      // stale, which handle() allows for.
+      if (std::any_of(events, events + std::max(n, 0),
+                      [&](const epoll_event& e) { return e.data.fd == standby_.fd(); }))
+        standby_.stand_by(epfd_);
       std::lock_guard lock(serving_);
-      handle(events, n);
+      if (handle(events, n)) standby_.thread_took();
       const auto now = Clock::now();
       close_unauthenticated(now);
       if (listener_rests_until_ && now >= *listener_rests_until_) {
@@ -72,21 +80,27 @@ class ResponderLoop {
     if (!lock) return false;
     epoll_event events[16];
     const int n = epoll_wait(epfd_, events, 16, 0);
-    handle(events, n);
-    return n > 0;
+    const bool served = handle(events, n);
+    if (served) standby_.application_took();
+    return served;
   }
 
  private:
   // Caller holds serving_. The thread woken for these events may find them served already:
-  // every socket is non-blocking, so it then reads nothing and sleeps again.
-  void handle(const epoll_event* events, int n) {
+  // every socket is non-blocking, so it then reads nothing and sleeps again. True if any
+  // was for a connection or the listener (the standby's is the loop thread's business).
+  bool handle(const epoll_event* events, int n) {
+    bool served = false;
     for (int i = 0; i < n; ++i) {
       const int fd = events[i].data.fd;
+      if (fd == standby_.fd()) continue;
+      served = true;
       if (fd == listener_)
         accept_all();
       else
         serve(fd, events[i].events);
     }
+    return served;
   }
 
   struct Entry {
@@ -213,6 +227,7 @@ class ResponderLoop {
   }
 
   std::mutex serving_;  // the loop's thread, or an application thread in serve_arrived()
+  Standby standby_;     // the loop thread's, while applications serve every arrival
   const int listener_;
   const int epfd_;
   const std::chrono::milliseconds unauthenticated_timeout_ = unauthenticated_timeout();
@@ -262,7 +277,7 @@ void ensure_listening() {
   auto* loop = new ResponderLoop(fd, epfd);
   g_loop_pid.store(current_pid(), std::memory_order_relaxed);
   g_loop.store(loop, std::memory_order_release);
-  start_background_thread([loop] { loop->run(); });
+  start_background_thread("softrdma-serve", [loop] { loop->run(); });
 }
 
 bool serve_arrived_requests_now() {

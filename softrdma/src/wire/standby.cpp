@@ -1,0 +1,110 @@
+#include "wire/standby.hpp"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+#include <algorithm>
+#include <cerrno>
+#include <mutex>
+#include <vector>
+
+#include "common/current_pid.hpp"
+
+namespace softrdma::wire {
+namespace {
+
+// The threads standing by, for wake_all (never destroyed: application threads may arm a CQ
+// while exit() runs). A forked child has none: its parent's threads did not come along.
+struct StandingBy {
+  std::mutex mutex;
+  std::vector<Standby*> all;
+  pid_t pid = 0;
+};
+
+StandingBy& standing_by_list() {
+  static auto* list = new StandingBy;
+  return *list;
+}
+
+timespec to_timespec(std::chrono::microseconds d) {
+  return timespec{static_cast<time_t>(d.count() / 1000000),
+                  static_cast<long>(d.count() % 1000000) * 1000};
+}
+
+void notify(int fd) {
+  const uint64_t one = 1;
+  while (write(fd, &one, sizeof one) < 0 && errno == EINTR) {
+  }
+}
+
+}  // namespace
+
+Standby::Standby() : fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
+
+Standby::~Standby() {
+  if (fd_ >= 0) close(fd_);
+}
+
+void Standby::signal() {
+  if (fd_ < 0) return;
+  stand_down_requested_.store(true, std::memory_order_relaxed);
+  notify(fd_);
+}
+
+void Standby::drain() {
+  uint64_t count;
+  while (read(fd_, &count, sizeof count) < 0 && errno == EINTR) {
+  }
+}
+
+void Standby::stand_by(int arrivals) {
+  drain();
+  if (!stand_down_requested_.exchange(false, std::memory_order_relaxed)) return;
+  StandingBy& list = standing_by_list();
+  {
+    std::lock_guard lock(list.mutex);
+    if (list.pid != current_pid()) {
+      list.all.clear();
+      list.pid = current_pid();
+      standing_by.store(0, std::memory_order_relaxed);
+    }
+    list.all.push_back(this);
+    standing_by.fetch_add(1, std::memory_order_release);
+  }
+  // Only hang-ups and errors end a nap early: POLLRDHUP without POLLIN is not woken by
+  // arriving data (an epoll descriptor, which reports only POLLIN, never ends one).
+  pollfd watched[2] = {{fd_, POLLIN, 0}, {arrivals, POLLRDHUP, 0}};
+  for (auto nap = kFirstNap;; nap = std::min(nap * 2, kLongestNap)) {
+    const uint64_t taken_before = took_.load(std::memory_order_relaxed);
+    const timespec timeout = to_timespec(nap);
+    if (ppoll(watched, 2, &timeout, nullptr) != 0) break;  // woken, or the socket ended
+    if (took_.load(std::memory_order_relaxed) != taken_before) continue;
+    // A whole nap without a take while something waits: nobody polls for it.
+    pollfd waiting{arrivals, POLLIN, 0};
+    if (poll(&waiting, 1, 0) != 0) break;
+    // Quiet for a longest nap: idle, and waiting on the sockets costs nothing then.
+    if (nap == kLongestNap) break;
+  }
+  {
+    std::lock_guard lock(list.mutex);
+    auto it = std::find(list.all.begin(), list.all.end(), this);
+    if (it != list.all.end()) {
+      list.all.erase(it);
+      standing_by.fetch_sub(1, std::memory_order_relaxed);
+    }
+  }
+  // A wake_all() that wrote to fd_ did so before the removal above; a request to stand by
+  // made as this one began is stale.
+  drain();
+  stand_down_requested_.store(false, std::memory_order_relaxed);
+  thread_took();
+}
+
+void Standby::wake_all_now() {
+  StandingBy& list = standing_by_list();
+  std::lock_guard lock(list.mutex);
+  if (list.pid != current_pid()) return;
+  for (Standby* s : list.all) notify(s->fd_);
+}
+
+}  // namespace softrdma::wire
