@@ -3,6 +3,7 @@
 // retry budget, and memory outside registered regions is never touched.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -58,6 +59,10 @@ int connect_socket(int s, uint16_t port) {
   }
   timeval tv{5, 0};
   setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  // A request goes out as a header and then its payload: with Nagle the payload would wait
+  // for the header's acknowledgement, which the responder delays (tens of milliseconds).
+  int one = 1;
+  setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   return s;
 }
 
@@ -526,6 +531,44 @@ TEST_F(TcpPathTest, RequestsResentOnANewConnectionRunOnceAndInOrder) {
   EXPECT_EQ(read, std::vector<char>(8, 'a'));
   EXPECT_EQ(write_over_tcp(s, target, 16, 'e', 4).reply, wire::Reply::kDone);
   EXPECT_TRUE(target.all('e', 16, 8));
+  close(s);
+}
+
+// While the serving thread stands by (an application polls and takes what arrives), a
+// poll that executes a request from another host leaves the answer for the next poll, so
+// the poll returns first. The application here stops calling the library after its last
+// poll: that answer must still go out (the serving thread sends it as its nap ends).
+TEST_F(TcpPathTest, AnAnswerLeftForTheNextPollGoesOutWhenThereIsNone) {
+  ASSERT_NO_FATAL_FAILURE(ConnectPair());
+  Buffer received = NewBuffer(64, kRemoteAccess, 0);
+  constexpr uint32_t kSends = 200;  // enough for the serving thread to stand by
+  constexpr int kReceives = 16;
+  for (int i = 0; i < kReceives; ++i) ASSERT_EQ(post_recv(p_.b, i, {received.sge()}), 0);
+  std::atomic<uint32_t> taken{0};
+  std::thread application([&] {
+    const auto give_up = std::chrono::steady_clock::now() + kTimeout;
+    ibv_wc wc{};
+    while (taken.load() < kSends && std::chrono::steady_clock::now() < give_up) {
+      if (ibv_poll_cq(p_.cq_b, 1, &wc) != 1) continue;
+      if (wc.status != IBV_WC_SUCCESS || post_recv(p_.b, wc.wr_id, {received.sge()}) != 0) break;
+      taken.fetch_add(1);
+    }
+  });
+  const int s = connect_to(own_port());
+  ASSERT_GE(s, 0);
+  for (uint32_t psn = 0; psn < kSends; ++psn) {
+    // Receiver not ready (the application, descheduled, is behind): sent again, as a NIC
+    // would after the RNR delay.
+    wire::Response r{};
+    for (int tries = 0; tries < 5000; ++tries) {
+      r = request_over_tcp(s, IBV_WR_SEND, received, 0, psn, 's');
+      if (r.reply != wire::Reply::kRnr) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_EQ(r.reply, wire::Reply::kDone) << "SEND " << psn << ", " << taken.load() << " taken";
+  }
+  application.join();
+  EXPECT_EQ(taken.load(), kSends);
   close(s);
 }
 

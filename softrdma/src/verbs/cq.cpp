@@ -85,6 +85,7 @@ namespace softrdma {
 int poll_cq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
   if (num_entries < 0) return -EINVAL;
   run_due_progress();
+  wire::send_deferred_answers();
   // Answers that other hosts sent this process's requests are taken here and now, instead
   // of by the link's reader thread woken for them; they may complete something on this CQ.
   wire::Link::take_arrived_responses();

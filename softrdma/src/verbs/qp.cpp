@@ -11,6 +11,7 @@
 #include "verbs/device_limits.hpp"
 #include "verbs/objects.hpp"
 #include "verbs/ops.hpp"
+#include "wire/listener.hpp"
 
 using namespace softrdma;
 
@@ -204,6 +205,7 @@ SOFTRDMA_EXPORT int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int, ibv_qp_init
 
 SOFTRDMA_EXPORT int ibv_destroy_qp(ibv_qp* qp) {
   Qp* q = to_qp(qp);
+  wire::send_deferred_answers_before_leaving();
   // First: the helper threads (a TCP answer or acknowledgement being handled, a lost link's
   // walk over the QPs) can no longer reach it, and those using it finish before this goes on.
   local_qp_set(qp->qp_num, nullptr);

@@ -86,7 +86,7 @@ InboundConnection::~InboundConnection() {
   close(fd_);
 }
 
-bool InboundConnection::on_readable() {
+bool InboundConnection::on_readable(bool answer_now) {
   for (int reads = 0; reads < kReadsPerEvent && wants_read(); ++reads) {
     // Room for more of a large message at once, else a chunk; the buffer grows only with
     // bytes that arrive, whatever length a header claims.
@@ -112,7 +112,7 @@ bool InboundConnection::on_readable() {
     // on every request's path); what arrives later wakes the loop again.
     if (static_cast<size_t>(r) < want) break;
   }
-  return on_writable();
+  return !answer_now || on_writable();
 }
 
 bool InboundConnection::has_complete_request() const {

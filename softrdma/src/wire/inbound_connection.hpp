@@ -31,9 +31,10 @@ class InboundConnection {
   InboundConnection& operator=(const InboundConnection&) = delete;
 
   int fd() const { return fd_; }
-  /// Reads what arrived and executes every complete request. False: close the connection
-  /// (the peer closed it, or sent something malformed).
-  bool on_readable();
+  /// Reads what arrived and executes every complete request, and unless `answer_now` is
+  /// false hands the answers to the socket (then on_writable() does). False: close the
+  /// connection (the peer closed it, or sent something malformed).
+  bool on_readable(bool answer_now = true);
   /// Writes pending answers, then executes requests that waited for them to drain. False:
   /// close the connection.
   bool on_writable();

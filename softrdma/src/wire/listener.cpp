@@ -15,6 +15,7 @@
 #include <mutex>
 #include <optional>
 #include <unordered_map>
+#include <vector>
 
 #include "common/background_thread.hpp"
 #include "common/current_pid.hpp"
@@ -60,10 +61,16 @@ class ResponderLoop {
       // Naps holding no lock: the applications serve meanwhile. The events may then be
       // stale, which handle() allows for.
       if (std::any_of(events, events + std::max(n, 0),
-                      [&](const epoll_event& e) { return e.data.fd == standby_.fd(); }))
-        standby_.stand_by(epfd_);
+                      [&](const epoll_event& e) { return e.data.fd == standby_.fd(); })) {
+        // Answers the applications deferred go out at the latest as each nap ends.
+        standby_.stand_by(epfd_, [this] {
+          std::unique_lock lock(serving_, std::try_to_lock);
+          if (lock) send_deferred();
+        });
+      }
       std::lock_guard lock(serving_);
-      if (handle(events, n)) standby_.thread_took();
+      send_deferred();
+      if (handle(events, n, true)) standby_.thread_took();
       const auto now = Clock::now();
       close_unauthenticated(now);
       if (listener_rests_until_ && now >= *listener_rests_until_) {
@@ -80,16 +87,31 @@ class ResponderLoop {
     if (!lock) return false;
     epoll_event events[16];
     const int n = epoll_wait(epfd_, events, 16, 0);
-    const bool served = handle(events, n);
+    // While the loop's thread stands by, applications poll: the answers (a message back to
+    // another host, a system call that also runs that host's receive path) go out at the
+    // next poll, after this one has returned what they completed.
+    const bool served = handle(events, n, !standby_.standing_by());
     if (served) standby_.application_took();
     return served;
+  }
+
+  /// Hands the answers deferred by applications' polls to their sockets, unless the loop's
+  /// thread is at it (and will), or with `wait` after it.
+  void send_deferred_answers(bool wait) {
+    std::unique_lock lock(serving_, std::defer_lock);
+    if (wait)
+      lock.lock();
+    else if (!lock.try_lock())
+      return;
+    send_deferred();
   }
 
  private:
   // Caller holds serving_. The thread woken for these events may find them served already:
   // every socket is non-blocking, so it then reads nothing and sleeps again. True if any
   // was for a connection or the listener (the standby's is the loop thread's business).
-  bool handle(const epoll_event* events, int n) {
+  // Without `answer_now`, the answers wait in deferred_ for send_deferred().
+  bool handle(const epoll_event* events, int n, bool answer_now) {
     bool served = false;
     for (int i = 0; i < n; ++i) {
       const int fd = events[i].data.fd;
@@ -98,9 +120,17 @@ class ResponderLoop {
       if (fd == listener_)
         accept_all();
       else
-        serve(fd, events[i].events);
+        serve(fd, events[i].events, answer_now);
     }
     return served;
+  }
+
+  // Caller holds serving_.
+  void send_deferred() {
+    if (deferred_.empty()) return;
+    for (const int fd : deferred_) serve(fd, EPOLLOUT, true);
+    deferred_.clear();
+    deferred_answers.store(0, std::memory_order_relaxed);
   }
 
   struct Entry {
@@ -145,7 +175,7 @@ class ResponderLoop {
     }
   }
 
-  void serve(int fd, uint32_t events) {
+  void serve(int fd, uint32_t events, bool answer_now) {
     auto it = connections_.find(fd);
     if (it == connections_.end()) return;
     InboundConnection& c = *it->second.connection;
@@ -155,10 +185,16 @@ class ResponderLoop {
     // on the same number.
     if (events & (EPOLLERR | EPOLLHUP)) events |= EPOLLIN;
     if (events & EPOLLOUT) ok = c.on_writable();
-    if (ok && (events & EPOLLIN)) ok = c.on_readable();
+    if (ok && (events & EPOLLIN)) ok = c.on_readable(answer_now);
     if (!ok) {
       drop(it);
       return;
+    }
+    if (!answer_now && c.wants_write()) {
+      if (std::find(deferred_.begin(), deferred_.end(), fd) == deferred_.end())
+        deferred_.push_back(fd);
+      deferred_answers.store(deferred_.size(), std::memory_order_relaxed);
+      return;  // watched as it was until the answers go out
     }
     // Read while answers can go out; wait for the socket while they cannot.
     const uint32_t wanted = (c.wants_read() ? EPOLLIN : 0u) | (c.wants_write() ? EPOLLOUT : 0u);
@@ -226,8 +262,9 @@ class ResponderLoop {
     }
   }
 
-  std::mutex serving_;  // the loop's thread, or an application thread in serve_arrived()
-  Standby standby_;     // the loop thread's, while applications serve every arrival
+  std::mutex serving_;         // the loop's thread, or an application thread in serve_arrived()
+  Standby standby_;            // the loop thread's, while applications serve every arrival
+  std::vector<int> deferred_;  // connections whose answers wait for send_deferred()
   const int listener_;
   const int epfd_;
   const std::chrono::milliseconds unauthenticated_timeout_ = unauthenticated_timeout();
@@ -242,6 +279,12 @@ class ResponderLoop {
 // but not the thread: it must not read its parent's connections.
 std::atomic<ResponderLoop*> g_loop{nullptr};
 std::atomic<pid_t> g_loop_pid{0};
+
+// This process's loop (not one a forked child inherited), or none.
+ResponderLoop* own_loop() {
+  ResponderLoop* loop = g_loop.load(std::memory_order_acquire);
+  return loop && g_loop_pid.load(std::memory_order_relaxed) == current_pid() ? loop : nullptr;
+}
 
 }  // namespace
 
@@ -278,12 +321,21 @@ void ensure_listening() {
   g_loop_pid.store(current_pid(), std::memory_order_relaxed);
   g_loop.store(loop, std::memory_order_release);
   start_background_thread("softrdma-serve", [loop] { loop->run(); });
+  std::atexit(send_deferred_answers_before_leaving);
 }
 
 bool serve_arrived_requests_now() {
-  ResponderLoop* loop = g_loop.load(std::memory_order_acquire);
-  return loop && g_loop_pid.load(std::memory_order_relaxed) == current_pid() &&
-         loop->serve_arrived();
+  ResponderLoop* loop = own_loop();
+  return loop && loop->serve_arrived();
+}
+
+void send_deferred_answers_now() {
+  if (ResponderLoop* loop = own_loop()) loop->send_deferred_answers(false);
+}
+
+void send_deferred_answers_before_leaving() {
+  if (deferred_answers.load(std::memory_order_relaxed) == 0) return;
+  if (ResponderLoop* loop = own_loop()) loop->send_deferred_answers(true);
 }
 
 }  // namespace softrdma::wire

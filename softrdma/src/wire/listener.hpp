@@ -28,4 +28,19 @@ inline bool serve_arrived_requests() {
   return inbound_connections.load(std::memory_order_relaxed) != 0 && serve_arrived_requests_now();
 }
 
+/// Connections whose answers an application's poll deferred (while the serving thread
+/// stands by, answers go out at the next poll, not before the poll that completed their
+/// requests returns; the serving thread sends them at the latest as its nap ends).
+inline std::atomic<size_t> deferred_answers{0};
+void send_deferred_answers_now();
+/// send_deferred_answers_now(), if an application deferred any.
+inline void send_deferred_answers() {
+  if (deferred_answers.load(std::memory_order_relaxed) != 0) send_deferred_answers_now();
+}
+/// Sends every deferred answer, waiting for the serving thread if it is at it: before a QP
+/// goes away or the process exits, the requests it received must be acknowledged (on a NIC
+/// the acknowledgement leaves as the completion appears; a peer would otherwise retry until
+/// it fails a request that was carried out).
+void send_deferred_answers_before_leaving();
+
 }  // namespace softrdma::wire

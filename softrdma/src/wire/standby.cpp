@@ -57,7 +57,7 @@ void Standby::drain() {
   }
 }
 
-void Standby::stand_by(int arrivals) {
+void Standby::stand_by(int arrivals, const std::function<void()>& at_each_nap_end) {
   drain();
   if (!stand_down_requested_.exchange(false, std::memory_order_relaxed)) return;
   StandingBy& list = standing_by_list();
@@ -66,11 +66,15 @@ void Standby::stand_by(int arrivals) {
     if (list.pid != current_pid()) {
       list.all.clear();
       list.pid = current_pid();
-      standing_by.store(0, std::memory_order_relaxed);
+      threads_standing_by.store(0, std::memory_order_relaxed);
     }
     list.all.push_back(this);
-    standing_by.fetch_add(1, std::memory_order_release);
+    threads_standing_by.fetch_add(1, std::memory_order_release);
   }
+  napping_.store(true, std::memory_order_relaxed);
+  // No request while standing by (its write would end the nap): thread_took() at the end
+  // starts the count again.
+  stand_down_at_.store(UINT64_MAX, std::memory_order_relaxed);
   // Only hang-ups and errors end a nap early: POLLRDHUP without POLLIN is not woken by
   // arriving data (an epoll descriptor, which reports only POLLIN, never ends one).
   pollfd watched[2] = {{fd_, POLLIN, 0}, {arrivals, POLLRDHUP, 0}};
@@ -78,6 +82,7 @@ void Standby::stand_by(int arrivals) {
     const uint64_t taken_before = took_.load(std::memory_order_relaxed);
     const timespec timeout = to_timespec(nap);
     if (ppoll(watched, 2, &timeout, nullptr) != 0) break;  // woken, or the socket ended
+    if (at_each_nap_end) at_each_nap_end();
     if (took_.load(std::memory_order_relaxed) != taken_before) continue;
     // A whole nap without a take while something waits: nobody polls for it.
     pollfd waiting{arrivals, POLLIN, 0};
@@ -85,12 +90,13 @@ void Standby::stand_by(int arrivals) {
     // Quiet for a longest nap: idle, and waiting on the sockets costs nothing then.
     if (nap == kLongestNap) break;
   }
+  napping_.store(false, std::memory_order_relaxed);
   {
     std::lock_guard lock(list.mutex);
     auto it = std::find(list.all.begin(), list.all.end(), this);
     if (it != list.all.end()) {
       list.all.erase(it);
-      standing_by.fetch_sub(1, std::memory_order_relaxed);
+      threads_standing_by.fetch_sub(1, std::memory_order_relaxed);
     }
   }
   // A wake_all() that wrote to fd_ did so before the removal above; a request to stand by

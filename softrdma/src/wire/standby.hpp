@@ -15,6 +15,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 
 namespace softrdma::wire {
 
@@ -56,21 +57,26 @@ class Standby {
   /// on `arrivals` (a socket, or an epoll descriptor of sockets), after a longest nap in
   /// which nothing arrived, when an application arms a CQ, or when the socket hangs up or
   /// fails. The thread then serves what waits and waits on its sockets again.
-  void stand_by(int arrivals);
+  /// `at_each_nap_end` runs as each nap ends.
+  void stand_by(int arrivals, const std::function<void()>& at_each_nap_end = {});
+
+  /// The thread stands by (applications poll).
+  bool standing_by() const { return napping_.load(std::memory_order_relaxed); }
 
   /// An application is about to wait for a completion event: every thread standing by
   /// waits on its sockets again. Cheap when none does.
   static void wake_all() {
-    if (standing_by.load(std::memory_order_acquire) != 0) wake_all_now();
+    if (threads_standing_by.load(std::memory_order_acquire) != 0) wake_all_now();
   }
 
  private:
   void signal();
   void drain();
   static void wake_all_now();
-  static inline std::atomic<int> standing_by{0};
+  static inline std::atomic<int> threads_standing_by{0};
 
   int fd_;
+  std::atomic<bool> napping_{false};
   std::atomic<uint64_t> took_{0};  // by applications, ever
   std::atomic<uint64_t> stand_down_at_{kStandDownAfter};
   // fd() was written by application_took(), not by wake_all().
