@@ -22,6 +22,7 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <string_view>
 
 #include "rc_peer/rc_peer.hpp"
 
@@ -67,10 +68,10 @@ uint64_t library_thread_wakeups() {
     std::string comm;
     std::getline(std::ifstream(dir + "/comm"), comm);
     if (comm.rfind("softrdma-", 0) != 0) continue;
+    constexpr std::string_view kKey = "voluntary_ctxt_switches:";
     std::ifstream status(dir + "/status");
     for (std::string line; std::getline(status, line);)
-      if (line.rfind("voluntary_ctxt_switches:", 0) == 0)
-        total += std::strtoull(line.c_str() + std::strlen("voluntary_ctxt_switches:"), nullptr, 10);
+      if (line.rfind(kKey, 0) == 0) total += std::strtoull(line.c_str() + kKey.size(), nullptr, 10);
   }
   closedir(tasks);
   return total;

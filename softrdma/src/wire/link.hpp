@@ -2,11 +2,10 @@
 // QPs of this process. Responses are read by application threads that poll a CQ, and by a
 // thread that sleeps in poll() for applications that do not (it stands by while they take
 // every answer themselves, wire/standby.hpp): an answer to a polling application costs no
-// thread wake-up. A send never
-// blocks its caller (who holds a QP's send-queue lock, which the reader needs to complete
-// answers): what the socket does not take at once waits in a backlog that a writer thread,
-// started when first needed, flushes in order. A large payload in registered memory waits
-// there by reference, not copied (wire/outgoing.hpp).
+// thread wake-up. A send never blocks its caller (who holds a QP's send-queue lock, which
+// the reader needs to complete answers): what the socket does not take at once waits in a
+// backlog that a writer thread, started when first needed, flushes in order. A large payload in
+// registered memory waits there by reference, not copied (wire/outgoing.hpp).
 #pragma once
 
 #include <sys/uio.h>

@@ -63,10 +63,7 @@ class ResponderLoop {
       if (std::any_of(events, events + std::max(n, 0),
                       [&](const epoll_event& e) { return e.data.fd == standby_.fd(); })) {
         // Answers the applications deferred go out at the latest as each nap ends.
-        standby_.stand_by(epfd_, [this] {
-          std::unique_lock lock(serving_, std::try_to_lock);
-          if (lock) send_deferred();
-        });
+        standby_.stand_by(epfd_, [this] { send_deferred_answers(false); });
       }
       std::lock_guard lock(serving_);
       send_deferred();
