@@ -1,4 +1,8 @@
 // Completion queues: sizes, resizing, completion channels and arming, overrun.
+#include <atomic>
+#include <thread>
+#include <vector>
+
 #include "verbs_fixture.hpp"
 
 namespace softrdma_test {
@@ -34,14 +38,62 @@ TEST_F(CqTest, AsLargeAsConsumersAskFor) {
   EXPECT_GE(cq->cqe, 256 * 1024);
 }
 
-// A ring never moves (peers address it by offset): it grows within what it reserved.
-TEST_F(CqTest, ResizeGrowsWithinTheRingsReserveOnly) {
+// A ring outgrows the room it was created with by moving; peers follow it (the multiprocess
+// test), and polls in other threads lose and repeat nothing (below).
+TEST_F(CqTest, ResizeGrowsPastTheSizeItWasCreatedWith) {
+  ibv_device_attr attr{};
+  ASSERT_EQ(ibv_query_device(ctx(), &attr), 0);
   CqPtr cq(ibv_create_cq(ctx(), 100, nullptr, nullptr, 0));
   ASSERT_NE(cq, nullptr);
-  EXPECT_EQ(ibv_resize_cq(cq.get(), 60000), 0);
-  EXPECT_GE(cq->cqe, 60000);
-  EXPECT_EQ(ibv_resize_cq(cq.get(), 70000), ENOMEM);
-  EXPECT_GE(cq->cqe, 60000) << "a refused resize leaves the CQ as it was";
+  EXPECT_EQ(ibv_resize_cq(cq.get(), 70000), 0);
+  EXPECT_GE(cq->cqe, 70000);
+  EXPECT_EQ(ibv_resize_cq(cq.get(), attr.max_cqe), 0);
+  EXPECT_GE(cq->cqe, attr.max_cqe);
+  EXPECT_EQ(ibv_resize_cq(cq.get(), attr.max_cqe + 1), EINVAL);
+  EXPECT_GE(cq->cqe, attr.max_cqe) << "a refused resize leaves the CQ as it was";
+  EXPECT_EQ(ibv_resize_cq(cq.get(), 8), 0) << "and it shrinks again";
+  EXPECT_GE(cq->cqe, 8);
+}
+
+// One thread posts WRITEs and polls their completions, keeping two outstanding, while this
+// one grows the CQ fifteen times, each time past its room, so the ring moves under the polls.
+TEST_F(CqTest, ARingMovingUnderAnotherThreadsPollsLosesAndRepeatsNothing) {
+  ibv_cq* cq = NewCq(2);
+  ASSERT_NE(cq, nullptr);
+  PairOptions o;
+  o.a_send_cq = cq;
+  ASSERT_NO_FATAL_FAILURE(ConnectPair(o));
+  Buffer src = NewBuffer(64, kRemoteAccess, 1);
+  Buffer dst = NewBuffer(64);
+  constexpr uint64_t kWrites = 20000;
+  std::atomic<bool> done{false};
+  std::vector<uint64_t> polled;
+  polled.reserve(kWrites);
+  std::thread poster([&] {
+    uint64_t posted = 0;
+    const auto deadline = Clock::now() + kTimeout;
+    while (polled.size() < kWrites && Clock::now() < deadline) {
+      while (posted < kWrites && posted - polled.size() < 2) {
+        if (post_send(p_.a, rdma_wr(++posted, IBV_WR_RDMA_WRITE, dst.addr(), dst.rkey()),
+                      {src.sge(0, 8)}) != 0)
+          break;
+      }
+      ibv_wc wc[4];
+      const int n = ibv_poll_cq(cq, 4, wc);
+      for (int i = 0; i < n; ++i)
+        polled.push_back(wc[i].status == IBV_WC_SUCCESS ? wc[i].wr_id : 0);
+      if (n < 0) break;
+    }
+    done = true;
+  });
+  for (int cqe = 4; cqe <= (1 << 16) && !done; cqe *= 2) {
+    EXPECT_EQ(ibv_resize_cq(cq, cqe), 0);
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  poster.join();
+  ASSERT_EQ(polled.size(), kWrites);
+  for (uint64_t i = 0; i < kWrites; ++i) ASSERT_EQ(polled[i], i + 1) << "completion " << i;
+  EXPECT_TRUE(no_completion(cq, Millis{0}));
 }
 
 TEST_F(CqTest, DestroyWhileAQpUsesItIsEbusy) {

@@ -284,6 +284,54 @@ TEST_F(MultiProcessTest, SendWakesThePeersCompletionChannel) {
   EXPECT_TRUE(exited_with(child.Wait(), 0));
 }
 
+// The child's SENDs complete into this process's CQ, written by the child itself. A resize
+// that moves the ring (past its room) keeps the completions waiting in it, and the child's
+// next SENDs land in the new ring.
+TEST_F(MultiProcessTest, APeerCompletesIntoARingThatMovedOnResize) {
+  constexpr uint32_t kLength = 64;
+  Child child(link_, [this] {
+    ChildVerbs v;
+    if (!open_child_verbs(v, 4096, 0x5e)) return child_fail(2, "open");
+    Endpoint parent;
+    if (!child_connect(link_, v, &parent)) return child_fail(3, "connect");
+    const ibv_sge sge{v.buffer.addr(), kLength, v.mr->lkey};
+    for (uint64_t round = 0; round < 2; ++round) {
+      uint8_t go = 0;
+      if (!link_.receive(&go)) return child_fail(4, "no go");
+      for (uint64_t id = 1; id <= 3; ++id)
+        if (post_send(v.qp, send_wr(id), {sge}) != 0) return child_fail(5, "post_send");
+      for (int i = 0; i < 3; ++i) {
+        ibv_wc wc{};
+        if (!poll_wc(v.cq, Millis{5000}, &wc) || wc.status != IBV_WC_SUCCESS)
+          return child_fail(6, "send completion");
+      }
+      if (!link_.send(kReady)) return child_fail(7, "pipe");
+    }
+    return 0;
+  });
+  ASSERT_TRUE(child.started());
+  Endpoint peer;
+  ASSERT_NO_FATAL_FAILURE(ConnectToChild(nullptr, RcParams{}, &peer));
+  Buffer dst = NewBuffer(6 * kLength);
+  for (uint64_t id = 1; id <= 6; ++id)
+    ASSERT_EQ(post_recv(qp_, id, {dst.sge((id - 1) * kLength, kLength)}), 0);
+  uint8_t sent = 0;
+  ASSERT_TRUE(link_.send(kReady));
+  ASSERT_TRUE(link_.receive(&sent)) << "the child's first SENDs";
+  ASSERT_EQ(ibv_resize_cq(cq_, cq_->cqe * 4), 0);
+  ASSERT_TRUE(link_.send(kReady));
+  ASSERT_TRUE(link_.receive(&sent)) << "the child's second SENDs";
+  const std::vector<ibv_wc> wcs = poll_n(cq_, 6);
+  ASSERT_EQ(wcs.size(), 6u);
+  for (uint64_t i = 0; i < 6; ++i) {
+    EXPECT_TRUE(completed(wcs[i], i + 1));
+    EXPECT_EQ(wcs[i].byte_len, kLength);
+  }
+  EXPECT_TRUE(dst.all(0x5e, 0, 6 * kLength)) << "payloads";
+  EXPECT_TRUE(no_completion(cq_, Millis{0}));
+  EXPECT_TRUE(exited_with(child.Wait(), 0));
+}
+
 TEST_F(MultiProcessTest, WritingToAKilledPeerExceedsRetriesAndFlushes) {
   Child child(link_, [this] {
     ChildVerbs v;

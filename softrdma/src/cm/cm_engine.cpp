@@ -24,6 +24,7 @@ using Clock = std::chrono::steady_clock;
 struct Watch {
   CmId* id = nullptr;        // null: an accepted connection whose request has not arrived
   CmId* listener = nullptr;  // for such connections
+  sockaddr_in peer{};        // and where they come from
   bool connecting = false;
   std::vector<uint8_t> in;
   uint64_t serial = 0;  // tells this watch from a later one on a reused descriptor
@@ -87,11 +88,12 @@ void epoll_set(Engine& e, int fd, uint32_t events, bool add) {
   epoll_ctl(e.epfd, add ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, fd, &ev);
 }
 
-void fill_route_addrs(CmId* id, int fd) {
+// The addresses of a connection: the local one from the socket, the peer's as accept4 or
+// the active side's destination gave it.
+void fill_route_addrs(CmId* id, int fd, const sockaddr_in* peer) {
   socklen_t len = sizeof id->id.route.addr.src_storage;
   getsockname(fd, &id->id.route.addr.src_addr, &len);
-  len = sizeof id->id.route.addr.dst_storage;
-  getpeername(fd, &id->id.route.addr.dst_addr, &len);
+  if (peer) std::memcpy(&id->id.route.addr.dst_storage, peer, sizeof *peer);
 }
 
 void reject_and_close(int fd, int status) {
@@ -129,7 +131,7 @@ void on_request(Engine& e, int fd, CmId* listener, const CmMsg& m) {
   child->retry_count = m.retry_count;
   child->rnr_retry_count = m.rnr_retry_count;
   child->state = IdState::kRequested;
-  fill_route_addrs(child, fd);
+  fill_route_addrs(child, fd, &e.watches[fd].peer);
   ++listener->pending_requests;
   listener->pending.push_back(child);
   e.watches[fd].id = child;
@@ -221,12 +223,11 @@ void on_connection_lost(CmId* id) {
   }
 }
 
-void on_connect_done(Engine& e, CmId* id, int fd) {
-  int err = 0;
-  socklen_t len = sizeof err;
-  getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-  if (err == EINPROGRESS) return;
-  e.watches[fd].connecting = false;
+// The connection is made (err 0) or failed: send the request, or retry or report.
+void on_connect_done(Engine& e, CmId* id, int fd, int err) {
+  Watch& w = e.watches[fd];
+  const bool was_connecting = w.connecting;
+  w.connecting = false;
   if (err == ECONNREFUSED && Clock::now() < id->refused_until) {
     close_connection(id);
     after(id, std::chrono::milliseconds(20), [](CmId* i) {
@@ -239,8 +240,8 @@ void on_connect_done(Engine& e, CmId* id, int fd) {
     return;
   }
   if (err == 0 && send_msg(id, id->request)) {
-    epoll_set(e, fd, EPOLLIN | EPOLLRDHUP, false);
-    fill_route_addrs(id, fd);
+    if (was_connecting) epoll_set(e, fd, EPOLLIN | EPOLLRDHUP, false);
+    fill_route_addrs(id, fd, nullptr);
     return;
   }
   close_connection(id);
@@ -250,6 +251,14 @@ void on_connect_done(Engine& e, CmId* id, int fd) {
     post_event(id, RDMA_CM_EVENT_REJECTED, kRejectInvalidServiceId);
   else
     post_event(id, RDMA_CM_EVENT_UNREACHABLE, -(err ? err : ECONNRESET));
+}
+
+// A non-blocking connect has an outcome, unless it is still in progress.
+void on_connect_finished(Engine& e, CmId* id, int fd) {
+  int err = 0;
+  socklen_t len = sizeof err;
+  getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+  if (err != EINPROGRESS) on_connect_done(e, id, fd, err);
 }
 
 void on_readable(Engine& e, int fd) {
@@ -299,11 +308,15 @@ void on_readable(Engine& e, int fd) {
 // waiter is about to read.
 void on_listener(Engine& e, CmId* listener, bool by_waiter) {
   for (;;) {
-    int fd = accept4(listener->sock, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    sockaddr_in peer{};
+    socklen_t peer_len = sizeof peer;
+    int fd = accept4(listener->sock, reinterpret_cast<sockaddr*>(&peer), &peer_len,
+                     SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) return;
     wire::tune_socket(fd);  // no Nagle: a disconnect must not wait for a delayed ACK
     Watch& w = new_watch(e, fd);
     w.listener = listener;
+    w.peer = peer;
     if (by_waiter)
       e.unwatched.push_back({fd, w.serial});
     else
@@ -322,7 +335,7 @@ void serve(Engine& e, int fd, Watch& w) {
   if (id && id->state == IdState::kListening && id->sock == fd)
     on_listener(e, id, w.claimed > 0);
   else if (w.connecting)
-    on_connect_done(e, id, fd);
+    on_connect_finished(e, id, fd);
   else
     on_readable(e, fd);
 }
@@ -502,7 +515,13 @@ int start_connect(CmId* id) {
   pollfd ready{id->sock, POLLOUT, 0};
   const bool made = at_once || poll(&ready, 1, 0) == 1;
   watch(id, !made);
-  if (made) on_connect_done(engine(), id, id->sock);
+  if (made) {
+    // Ready with an error (refused) shows as POLLERR; only then is the error worth a call.
+    if (ready.revents & (POLLERR | POLLHUP))
+      on_connect_finished(engine(), id, id->sock);
+    else
+      on_connect_done(engine(), id, id->sock, 0);
+  }
   return 0;
 }
 

@@ -136,9 +136,17 @@ void Arena::free(uint64_t offset) {
 
 void Arena::populate(uint64_t offset, size_t bytes) {
   const uint64_t first = offset & ~(kPage - 1);
-  const uint64_t last = (offset + bytes + kPage - 1) & ~(kPage - 1);
+  uint64_t last = (offset + bytes + kPage - 1) & ~(kPage - 1);
+  {
+    std::lock_guard lock(mutex_);
+    if (first >= backed_from_ && last <= backed_until_) return;
+    if (bytes < kPopulateAhead) last = std::max(last, first + kPopulateAhead);
+  }
   // Best effort: before Linux 5.14 (EINVAL) the pages come by faults, as they always did.
-  [[maybe_unused]] int r = madvise(base_ + first, last - first, MADV_POPULATE_WRITE);
+  if (madvise(base_ + first, last - first, MADV_POPULATE_WRITE) != 0) return;
+  std::lock_guard lock(mutex_);
+  backed_from_ = first;
+  backed_until_ = last;
 }
 
 void Arena::zero_range(uint64_t offset, size_t bytes) {
@@ -177,6 +185,7 @@ void Arena::zero_range(uint64_t offset, size_t bytes) {
   if (too_many) {
     fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(first),
               static_cast<off_t>(last - first));
+    if (first < backed_until_ && last > backed_from_) backed_from_ = backed_until_ = 0;
     return;
   }
   for (size_t i = 0; i < kept; ++i) std::memset(base_ + kept_at[i], 0, kPage);

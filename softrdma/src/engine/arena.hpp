@@ -61,6 +61,12 @@ class Arena {
   void zero_range(uint64_t offset, size_t bytes);
   void populate(uint64_t offset, size_t bytes);
   int fd_ = -1;
+  // The last range backed ahead of use: allocations inside it need no system call. Small
+  // objects come one after another, so backing goes kPopulateAhead beyond them: a page
+  // fault costs as much as backing a dozen pages in one call, and a call per object adds up.
+  static constexpr uint64_t kPopulateAhead = uint64_t{64} << 10;
+  uint64_t backed_from_ = 0;
+  uint64_t backed_until_ = 0;
   char* base_ = nullptr;
   std::mutex mutex_;
   std::map<uint64_t, size_t> free_;  // offset -> bytes, coalesced

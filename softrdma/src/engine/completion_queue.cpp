@@ -19,19 +19,19 @@ void fill(CqSlot& slot, const CqEntry& entry, uint64_t position) {
 
 }  // namespace
 
-bool cq_relay(CqShared* cq, uint32_t capacity) {
+bool cq_relay(CqShared* cq, uint32_t capacity, CqSlot* into) {
+  const CqShared::Ring from = cq->ring_now(std::memory_order_relaxed);
   const uint64_t head = cq->head.load(std::memory_order_acquire);
   const uint64_t tail = cq->tail;
   if (tail - head > capacity) return false;
   std::vector<CqEntry> waiting;
   waiting.reserve(tail - head);
-  for (uint64_t i = head; i < tail; ++i)
-    waiting.push_back(cq->slots()[i & (cq->capacity - 1)].entry);
+  for (uint64_t i = head; i < tail; ++i) waiting.push_back(from.slots[i & from.mask].entry);
   // Positions keep their numbers. Any stamp left in a slot names a position before the
-  // tail, so none can pass for a position still to come.
-  cq->capacity = capacity;
-  for (uint64_t i = head; i < tail; ++i)
-    fill(cq->slots()[i & (capacity - 1)], waiting[i - head], i);
+  // tail, so none can pass for a position still to come. A new ring is complete before a
+  // poll can see it; a poll still reading the old one finds there only entries it holds too.
+  for (uint64_t i = head; i < tail; ++i) fill(into[i & (capacity - 1)], waiting[i - head], i);
+  cq->ring.store(cq->ring_word(into, capacity), std::memory_order_release);
   return true;
 }
 
@@ -65,16 +65,17 @@ bool push(OwnerOf owner, CqShared* cq, const CqEntry& entry, bool solicited) {
   {
     ProcessLockGuard guard(cq->producer_lock);
     const uint64_t tail = cq->tail;
+    const CqShared::Ring ring = cq->ring_now(std::memory_order_relaxed);
     // The consumer's line is read only when the ring looks full from what was last seen.
-    if (tail - cq->head_seen >= cq->capacity) {
+    if (tail - cq->head_seen > ring.mask) {
       cq->head_seen = cq->head.load(std::memory_order_acquire);
-      if (tail - cq->head_seen >= cq->capacity) {
+      if (tail - cq->head_seen > ring.mask) {
         if (cq->overrun.exchange(1) == 0)
           async_push(owner(), cq->context_offset, IBV_EVENT_CQ_ERR, cq->owner_handle);
         return false;
       }
     }
-    fill(cq->slots()[tail & (cq->capacity - 1)], entry, tail);
+    fill(ring.slots[tail & ring.mask], entry, tail);
     cq->tail = tail + 1;
   }
   // Without a completion channel (set at creation, never changed) nobody can wait for an
@@ -107,15 +108,15 @@ void cq_purge_qp(CqShared* cq, uint32_t qpn) {
   ProcessLockGuard guard(cq->producer_lock);  // no producer appends meanwhile
   const uint64_t head = cq->head.load(std::memory_order_acquire);
   const uint64_t tail = cq->tail;
-  const uint64_t mask = cq->capacity - 1;
+  const CqShared::Ring ring = cq->ring_now(std::memory_order_relaxed);
   // Kept entries slide toward the tail, so the ring's newest end stays where producers
   // write; the head then skips what was removed.
   uint64_t kept_from = tail;
   for (uint64_t i = tail; i-- > head;) {
-    const CqEntry e = cq->slots()[i & mask].entry;
+    const CqEntry e = ring.slots[i & ring.mask].entry;
     if (e.qp_num != qpn) {
       --kept_from;
-      fill(cq->slots()[kept_from & mask], e, kept_from);
+      fill(ring.slots[kept_from & ring.mask], e, kept_from);
     }
   }
   cq->head.store(kept_from, std::memory_order_release);

@@ -15,10 +15,10 @@ namespace softrdma {
 /// Bytes of arena needed for a CQ of `capacity` entries.
 size_t cq_shared_bytes(uint32_t capacity);
 
-/// Re-lays the waiting completions for a new capacity (caller holds producer_lock; the
-/// ring's memory reaches that far). False if more are waiting than the new size holds.
-/// A ring starts zeroed, as arena memory does: no slot holds a stamp yet.
-bool cq_relay(CqShared* cq, uint32_t capacity);
+/// Re-lays the waiting completions for a new capacity into the ring at `into`, the current
+/// one or a zeroed one with room for `capacity` slots, and makes it the CQ's ring (caller
+/// holds producer_lock). False, changing nothing, if more are waiting than `capacity`.
+bool cq_relay(CqShared* cq, uint32_t capacity, CqSlot* into);
 
 /// Appends a completion and wakes the owner's completion channel if the CQ is armed for it.
 /// Returns false on overrun (the entry is dropped and IBV_EVENT_CQ_ERR is raised).
@@ -33,10 +33,10 @@ template <class Take>
 [[gnu::always_inline]] inline int cq_take(CqShared* cq, int max, Take take) {
   for (;;) {
     uint64_t head = cq->head.load(std::memory_order_relaxed);
-    const uint64_t mask = cq->capacity - 1;
+    const CqShared::Ring ring = cq->ring_now(std::memory_order_acquire);
     int n = 0;
     for (; n < max; ++n) {
-      CqSlot& slot = cq->slots()[(head + n) & mask];
+      CqSlot& slot = ring.slots[(head + n) & ring.mask];
       if (slot.stamp.load(std::memory_order_acquire) != head + n + 1) break;
       // Producers never overwrite a slot before the head moves past it.
       take(n, slot.entry);

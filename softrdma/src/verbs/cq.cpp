@@ -19,11 +19,6 @@ using namespace softrdma;
 
 namespace {
 
-// A ring reserves room for at least this many entries (or its own size, if larger), so
-// resizing within it never moves it: peers keep reaching it at the offset they learnt.
-constexpr uint32_t kMinRingReserve = 65536;
-static_assert(std::has_single_bit(kMinRingReserve));
-
 // A ring entry begins with an ibv_wc's fields, in its layout: polling copies them whole.
 #define SOFTRDMA_SAME_PLACE(field)                                     \
   static_assert(offsetof(CqEntry, field) == offsetof(ibv_wc, field) && \
@@ -145,8 +140,7 @@ Cq* create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel*
   }
   Arena& arena = Arena::self();
   const uint32_t capacity = std::bit_ceil(static_cast<uint32_t>(cqe));
-  const uint32_t reserve = std::max(kMinRingReserve, capacity);
-  const uint64_t off = arena.allocate(cq_shared_bytes(reserve), cq_shared_bytes(capacity));
+  const uint64_t off = arena.allocate(cq_shared_bytes(capacity));
   auto* cq = off ? new (std::nothrow) Cq() : nullptr;
   if (!cq) {
     if (off) arena.free(off);
@@ -154,9 +148,9 @@ Cq* create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel*
     return nullptr;
   }
   cq->offset = off;
-  cq->ring_reserve = reserve;
+  cq->ring_room = capacity;
   cq->shared = arena.at<CqShared>(off);
-  cq->shared->capacity = capacity;
+  cq->shared->ring.store(cq->shared->ring_word(cq->shared->slots_after_header(), capacity));
   cq->shared->channel_eventfd = channel ? channel->fd : -1;
   cq->shared->context_offset = to_ctx(context)->shared_offset;
   cq->shared->owner_handle = reinterpret_cast<uint64_t>(&cq->cq);
@@ -164,7 +158,7 @@ Cq* create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel*
   cq->cq.channel = channel;
   cq->cq.cq_context = cq_context;
   cq->cq.handle = static_cast<uint32_t>(off / Arena::kAlign);
-  cq->cq.cqe = static_cast<int>(cq->shared->capacity);
+  cq->cq.cqe = static_cast<int>(capacity);
   pthread_mutex_init(&cq->cq.mutex, nullptr);
   pthread_cond_init(&cq->cq.cond, nullptr);
   if (channel) {
@@ -216,11 +210,29 @@ SOFTRDMA_EXPORT ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_co
 
 SOFTRDMA_EXPORT int ibv_resize_cq(ibv_cq* cq, int cqe) {
   if (cqe < 1 || cqe > limits::kMaxCqe) return EINVAL;
-  CqShared* s = to_cq(cq)->shared;
+  Cq* c = to_cq(cq);
   const uint32_t capacity = std::bit_ceil(static_cast<uint32_t>(cqe));
-  if (capacity > to_cq(cq)->ring_reserve) return ENOMEM;  // the ring cannot move
-  ProcessLockGuard guard(s->producer_lock);
-  if (!cq_relay(s, capacity)) return EINVAL;
+  if (capacity <= c->ring_room) {
+    ProcessLockGuard guard(c->shared->producer_lock);
+    if (!cq_relay(c->shared, capacity, c->shared->ring_now(std::memory_order_relaxed).slots))
+      return EINVAL;
+  } else {
+    Arena& arena = Arena::self();
+    const uint64_t moved_to = arena.allocate(size_t{capacity} * sizeof(CqSlot));
+    if (!moved_to) return ENOMEM;
+    bool relaid;
+    {
+      ProcessLockGuard guard(c->shared->producer_lock);
+      relaid = cq_relay(c->shared, capacity, arena.at<CqSlot>(moved_to));
+    }
+    if (!relaid) {
+      arena.free(moved_to);
+      return EINVAL;
+    }
+    if (c->ring_offset) c->retired_rings.push_back(c->ring_offset);
+    c->ring_offset = moved_to;
+    c->ring_room = capacity;
+  }
   cq->cqe = static_cast<int>(capacity);
   return 0;
 }
@@ -238,7 +250,10 @@ SOFTRDMA_EXPORT int ibv_destroy_cq(ibv_cq* cq) {
     --c->channel->channel.refcnt;
   }
   if (c->parent_domain) c->parent_domain->users.fetch_sub(1);
-  Arena::self().free(c->offset);
+  Arena& arena = Arena::self();
+  for (uint64_t ring : c->retired_rings) arena.free(ring);
+  if (c->ring_offset) arena.free(c->ring_offset);
+  arena.free(c->offset);
   delete c;
   return 0;
 }
