@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <set>
 #include <vector>
 
 #include "cm/cm_context.hpp"
@@ -42,6 +43,9 @@ struct Engine {
   int wake_fd = -1;  // an eventfd that interrupts epoll_wait when a timer is added
   std::map<int, Watch> watches;
   std::vector<ClaimedSocket> unwatched;  // accepted by a waiter, watched once it is done
+  // Sockets that may be in a handshake (in_handshake): what a waiter looks through, rather
+  // than every connection. Kept loosely: one found out of its handshake is dropped then.
+  std::set<int> handshaking;
   std::multimap<Clock::time_point, Timer> timers;
   // When the thread wakes by itself at the latest: a timer due later needs no wake-up (each
   // rdma_connect adds one, and waking the thread for it would cost the connection a switch).
@@ -62,6 +66,7 @@ void ensure_started(Engine& e) {
   if (e.pid == current_pid()) return;
   e.pid = current_pid();
   e.watches.clear();
+  e.handshaking.clear();
   e.timers.clear();
   e.unwatched.clear();
   e.epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -78,6 +83,7 @@ Watch& new_watch(Engine& e, int fd) {
   Watch& w = e.watches[fd];
   w = Watch{};
   w.serial = ++e.next_serial;
+  e.handshaking.insert(fd);
   return w;
 }
 
@@ -411,8 +417,16 @@ size_t claim_channel_sockets(const EventChannel* ch, ClaimedSocket* out, size_t 
   Engine& e = engine();
   if (e.pid != current_pid()) return 0;
   size_t n = 0;
-  for (const auto& [fd, w] : e.watches) {
-    if (w.connecting || channel_of(w) != ch || !in_handshake(fd, w)) continue;
+  for (auto it = e.handshaking.begin(); it != e.handshaking.end();) {
+    const int fd = *it;
+    auto watched = e.watches.find(fd);
+    if (watched == e.watches.end() || !in_handshake(fd, watched->second)) {
+      it = e.handshaking.erase(it);
+      continue;
+    }
+    ++it;
+    const Watch& w = watched->second;
+    if (w.connecting || channel_of(w) != ch) continue;
     if (n == max) return max + 1;
     out[n++] = {fd, w.serial};
   }
@@ -455,13 +469,17 @@ void watch(CmId* id, bool connecting) {
   epoll_set(e, id->sock, connecting ? EPOLLOUT : (EPOLLIN | EPOLLRDHUP), true);
 }
 
+void handshake_started(CmId* id) {
+  if (id->sock >= 0) engine().handshaking.insert(id->sock);
+}
+
 void unwatch(CmId* id) {
   Engine& e = engine();
   // A listener going away: its unanswered requests stay (the application owns those ids)
   // but no longer count against it; connections whose request has not arrived are closed.
   for (CmId* child : id->pending) child->listener = nullptr;
   id->pending.clear();
-  for (auto it = e.watches.begin(); it != e.watches.end();) {
+  for (auto it = e.watches.begin(); id->state == IdState::kListening && it != e.watches.end();) {
     if (!it->second.id && it->second.listener == id) {
       epoll_ctl(e.epfd, EPOLL_CTL_DEL, it->first, nullptr);
       close(it->first);

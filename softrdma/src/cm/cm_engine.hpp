@@ -49,6 +49,9 @@ void serve_socket(const EventChannel* ch, int fd);
 void watch(CmId* id, bool connecting);
 /// Stops watching (before the socket is closed or the id destroyed). Caller holds cm_mutex.
 void unwatch(CmId* id);
+/// The id's connection waits for an answer again (to an accept or a disconnect): a waiter
+/// on its channel serves it. Caller holds cm_mutex.
+void handshake_started(CmId* id);
 
 /// Runs `fn` (with cm_mutex held) after `delay`, unless `id` is destroyed first.
 void after(CmId* id, std::chrono::milliseconds delay, std::function<void(CmId*)> fn);

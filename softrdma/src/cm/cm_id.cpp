@@ -318,6 +318,7 @@ SOFTRDMA_EXPORT int rdma_accept(rdma_cm_id* cm_id, rdma_conn_param* param) {
       return 0;
     }
     id->state = IdState::kAccepting;
+    handshake_started(id);
   }
   return id->synchronous ? expect_event(id, RDMA_CM_EVENT_ESTABLISHED, 60000) : 0;
 }
@@ -356,6 +357,7 @@ SOFTRDMA_EXPORT int rdma_disconnect(rdma_cm_id* cm_id) {
       }
       fail_qp(id);
       id->state = IdState::kDisconnecting;
+      handshake_started(id);
       return 0;
     case IdState::kDisconnecting:
       return 0;  // already on its way
