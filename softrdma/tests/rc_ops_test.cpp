@@ -341,6 +341,16 @@ TEST_F(RcOpsTest, ReceiveQueueFullIsEnomem) {
   ASSERT_EQ(post_send(p_.a, send_wr(1), {src.sge(0, 8)}), 0);
   EXPECT_TRUE(completed(poll_one(p_.cq_b), 0));
   EXPECT_EQ(post_recv(p_.b, 1001, {dst.sge()}), 0);
+  EXPECT_EQ(post_recv(p_.b, 1002, {dst.sge()}), ENOMEM) << "one message, one entry";
+
+  // A QP moved to RESET drops what was posted: the whole queue is free again.
+  ibv_qp_attr reset{};
+  reset.qp_state = IBV_QPS_RESET;
+  ASSERT_EQ(ibv_modify_qp(p_.b, &reset, IBV_QP_STATE), 0);
+  ASSERT_EQ(rc_to_init(p_.b, kRemoteAccess), 0);
+  for (uint32_t i = 0; i < init.cap.max_recv_wr; ++i)
+    ASSERT_EQ(post_recv(p_.b, 2000 + i, {dst.sge()}), 0) << "entry " << i;
+  EXPECT_EQ(post_recv(p_.b, 3000, {dst.sge()}), ENOMEM);
 }
 
 TEST_F(RcOpsTest, PostingAListStopsAtTheFirstBadRequest) {

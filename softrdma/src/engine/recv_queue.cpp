@@ -25,16 +25,14 @@ int recv_queue_post(RecvQueueShared* rq, const ibv_recv_wr& wr) {
   if (wr.num_sge < 0 || static_cast<uint32_t>(wr.num_sge) > rq->max_sge) return EINVAL;
   ProcessLockGuard guard(rq->post_lock);
   const uint64_t tail = rq->tail.load(std::memory_order_relaxed);
-  // The takers' line is read only when the queue looks full from what was last seen.
-  if (tail - rq->head_seen >= rq->capacity) {
-    rq->head_seen = rq->head.load(std::memory_order_acquire);
-    if (tail - rq->head_seen >= rq->capacity) return ENOMEM;
-  }
   RecvWqe* w = rq->wqe(tail);
+  // Free: never used (first lap), or what the last lap posted here has been taken.
+  const uint64_t was = w->stamp.load(std::memory_order_acquire);
+  if (was != (tail < rq->capacity ? 0 : RecvWqe::kTaken | (tail - rq->capacity + 1))) return ENOMEM;
   w->wr_id = wr.wr_id;
   w->num_sge = static_cast<uint32_t>(wr.num_sge);
   if (wr.num_sge) std::memcpy(w->sge(), wr.sg_list, sizeof(ibv_sge) * wr.num_sge);
-  w->stamp.store(static_cast<uint32_t>(tail + 1), std::memory_order_release);
+  w->stamp.store(tail + 1, std::memory_order_release);
   rq->tail.store(tail + 1, std::memory_order_release);
   return 0;
 }

@@ -23,10 +23,12 @@ int recv_queue_post(RecvQueueShared* rq, const ibv_recv_wr& wr);
 inline RecvWqe* recv_queue_front(RecvQueueShared* rq) {
   const uint64_t head = rq->head.load(std::memory_order_relaxed);
   RecvWqe* w = rq->wqe(head);
-  return w->stamp.load(std::memory_order_acquire) == static_cast<uint32_t>(head + 1) ? w : nullptr;
+  return w->stamp.load(std::memory_order_acquire) == head + 1 ? w : nullptr;
 }
 inline void recv_queue_pop(RecvQueueShared* rq) {
-  rq->head.store(rq->head.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  const uint64_t head = rq->head.load(std::memory_order_relaxed);
+  rq->wqe(head)->stamp.store(RecvWqe::kTaken | (head + 1), std::memory_order_release);
+  rq->head.store(head + 1, std::memory_order_release);
 }
 
 /// Requests posted and not yet taken (caller holds rq->lock).
@@ -36,7 +38,7 @@ inline uint64_t recv_queue_waiting(RecvQueueShared* rq) {
 
 /// Drops every request not yet taken (caller holds rq->lock).
 inline void recv_queue_discard(RecvQueueShared* rq) {
-  rq->head.store(rq->tail.load(std::memory_order_acquire), std::memory_order_release);
+  while (recv_queue_front(rq)) recv_queue_pop(rq);
 }
 
 }  // namespace softrdma

@@ -99,10 +99,12 @@ enum CqArm : uint32_t { kCqDisarmed = 0, kCqArmedAll = 1, kCqArmedSolicited = 2 
 struct RecvWqe {
   uint64_t wr_id;
   uint32_t num_sge;
-  // The position it holds, plus one (mod 2^32), stored last: a consumer learns from the WQE
-  // itself that it is there. A slot is rewritten every lap, so an old stamp is off by a
-  // multiple of the capacity and never matches.
-  std::atomic<uint32_t> stamp;
+  uint32_t pad;
+  // The position it holds, plus one, stored last: a consumer learns from the WQE itself that
+  // it is there. Once taken it reads kTaken | (position + 1): the poster learns from the
+  // slot it is about to fill, not from the takers' line, that the slot is free again.
+  std::atomic<uint64_t> stamp;
+  static constexpr uint64_t kTaken = uint64_t{1} << 63;
 
   // num_sge entries follow.
   ibv_sge* sge() { return reinterpret_cast<ibv_sge*>(this + 1); }
@@ -124,7 +126,6 @@ struct RecvQueueShared {
   // The posting line: the owner's threads.
   alignas(kCacheLine) ProcessLock post_lock;
   std::atomic<uint64_t> tail;  // next position to post (consumers read it for the SRQ limit)
-  uint64_t head_seen;          // a head the poster read: full only if it looks full
 
   // The taking line: peers delivering messages, a flush.
   alignas(kCacheLine) ProcessLock lock;
