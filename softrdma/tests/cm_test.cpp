@@ -6,7 +6,9 @@
 // "Peer dies" and "no route" run a child: this program again (fork + exec, so the child
 // starts without the parent's CM state), in a role given on its command line. A child runs
 // plain code (no gtest), reports through a pipe, is bounded by alarm(), and is reaped.
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <linux/limits.h>
 #include <net/if.h>
 #include <rdma/rsocket.h>
@@ -800,6 +802,40 @@ TEST_F(CmMisc, GetDevicesReturnsSoftrdma0) {
   EXPECT_EQ(list[1], nullptr) << "the list ends with a null entry";
   EXPECT_EQ(list[0], ctx()) << "the same context every time";
   rdma_free_devices(list);
+}
+
+// Every resolve asks the routes anew: the source found for one destination does not stick
+// to the next (the lookups share one socket).
+TEST_F(CmMisc, EachResolveFindsTheSourceThatReachesItsDestination) {
+  ifaddrs* all = nullptr;
+  ASSERT_EQ(getifaddrs(&all), 0);
+  std::optional<in_addr> own;
+  for (ifaddrs* i = all; i && !own; i = i->ifa_next)
+    if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && (i->ifa_flags & IFF_UP) &&
+        !(i->ifa_flags & IFF_LOOPBACK))
+      own = reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr;
+  freeifaddrs(all);
+  if (!own) GTEST_SKIP() << "no IPv4 address besides loopback";
+  rdma_event_channel* ch = NewChannel();
+  ASSERT_NE(ch, nullptr);
+  auto source_towards = [&](in_addr destination) -> std::optional<in_addr> {
+    rdma_cm_id* id = NewId(ch);
+    sockaddr_in dst = loopback(9);
+    dst.sin_addr = destination;
+    if (!id || rdma_resolve_addr(id, nullptr, as_sockaddr(&dst), kResolveTimeoutMs) != 0 ||
+        !expect_event(ch, RDMA_CM_EVENT_ADDR_RESOLVED, id))
+      return std::nullopt;
+    return rdma_get_local_addr(id)->sa_family == AF_INET
+               ? std::optional(reinterpret_cast<sockaddr_in*>(rdma_get_local_addr(id))->sin_addr)
+               : std::nullopt;
+  };
+  const in_addr lo = loopback(9).sin_addr;
+  for (in_addr destination : {lo, *own, lo}) {
+    const std::optional<in_addr> source = source_towards(destination);
+    ASSERT_TRUE(source) << "resolving " << inet_ntoa(destination);
+    EXPECT_EQ(source->s_addr, destination.s_addr)
+        << "a local destination is reached from itself: " << inet_ntoa(destination);
+  }
 }
 
 TEST_F(CmMisc, EventStrNamesEveryEvent) {

@@ -15,6 +15,7 @@
 #include "cm/cm_engine.hpp"
 #include "cm/cm_objects.hpp"
 #include "cm/sync_wait.hpp"
+#include "common/current_pid.hpp"
 #include "common/export.hpp"
 
 namespace softrdma::cm {
@@ -182,6 +183,32 @@ SOFTRDMA_EXPORT int rdma_listen(rdma_cm_id* cm_id, int backlog) {
   return 0;
 }
 
+namespace {
+
+// The local address that reaches `target`, by the route lookup of a UDP connect (which
+// sends nothing); 0 or an errno. One socket serves the process's lookups (caller holds
+// cm_mutex): disconnecting it (AF_UNSPEC) lets the next connect choose its source anew,
+// and costs less than a socket made and closed per lookup. A forked child makes its own.
+int route_source(const sockaddr_in& target, sockaddr_in* source) {
+  static int probe = -1;
+  static pid_t owner = 0;
+  if (owner != softrdma::current_pid()) {
+    if (probe >= 0) close(probe);  // the parent's: shared with it
+    probe = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    owner = softrdma::current_pid();
+  }
+  if (probe < 0) return errno;
+  sockaddr none{};
+  none.sa_family = AF_UNSPEC;
+  connect(probe, &none, sizeof none);
+  if (connect(probe, reinterpret_cast<const sockaddr*>(&target), sizeof target) != 0) return errno;
+  socklen_t len = sizeof *source;
+  getsockname(probe, reinterpret_cast<sockaddr*>(source), &len);
+  return 0;
+}
+
+}  // namespace
+
 SOFTRDMA_EXPORT int rdma_resolve_addr(rdma_cm_id* cm_id, sockaddr* src, sockaddr* dst,
                                       int timeout_ms) {
   CmId* id = to_id(cm_id);
@@ -191,9 +218,6 @@ SOFTRDMA_EXPORT int rdma_resolve_addr(rdma_cm_id* cm_id, sockaddr* src, sockaddr
   {
     std::lock_guard lock(cm_mutex());
     std::memcpy(&cm_id->route.addr.dst_storage, dst, sizeof(sockaddr_in));
-    // The route lookup of a UDP connect sends nothing; it says which local address (and
-    // so which GID) reaches the destination.
-    int probe = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     sockaddr_in target = *reinterpret_cast<sockaddr_in*>(dst);
     if (target.sin_port == 0) target.sin_port = htons(9);
     // A group is reached from the address the id is bound to, route or not (as IP
@@ -201,17 +225,13 @@ SOFTRDMA_EXPORT int rdma_resolve_addr(rdma_cm_id* cm_id, sockaddr* src, sockaddr
     const bool bound_group_sender = IN_MULTICAST(ntohl(target.sin_addr.s_addr)) &&
                                     id->state == IdState::kBound &&
                                     !is_wildcard(&cm_id->route.addr.src_addr);
-    const bool routed = bound_group_sender ||
-                        connect(probe, reinterpret_cast<sockaddr*>(&target), sizeof target) == 0;
-    const int err = routed ? 0 : errno;
-    if (routed && id->state == IdState::kIdle) {
-      sockaddr_in local{};
-      socklen_t len = sizeof local;
-      getsockname(probe, reinterpret_cast<sockaddr*>(&local), &len);
+    sockaddr_in local{};
+    const int err = bound_group_sender ? 0 : route_source(target, &local);
+    const bool routed = err == 0;
+    if (routed && !bound_group_sender && id->state == IdState::kIdle) {
       local.sin_port = 0;
       std::memcpy(&cm_id->route.addr.src_storage, &local, sizeof local);
     }
-    close(probe);
     if (routed) {
       attach_to_device(cm_id);
       id->state = IdState::kAddrResolved;
