@@ -8,7 +8,8 @@ on softrdma's TCP transport against one iperf3 stream and ucx_perftest over TCP.
 Each pair runs --runs times, interleaved, and the medians are compared; two-way streams
 (`-b`) are compared, per direction, with one way alone. Also: the CPU the
 serving process used per GiB written across hosts, RDMA CM connection set-up rate (100
-connections) beside plain TCP's, the CPU used by a process holding 100 connected idle QPs,
+connections) beside plain TCP's and what creating and destroying a connection's CQs and QP
+costs (bench/verbs_setup_cost), the CPU used by a process holding 100 connected idle QPs,
 and callgrind's instructions per 8-byte WRITE, READ and fetch-and-add on one host (raw
 verbs, depth 1, including ibv_post_send and ibv_poll_cq), a figure free of machine noise.
 
@@ -48,6 +49,14 @@ def connect_rate(build):
     if not m:
         raise RuntimeError("no result from cm_connect_rate: " + out)
     return float(m.group(1)), float(m.group(2))
+
+
+def setup_costs(build):
+    """Microseconds per ibv_create_cq, ibv_create_qp and their destroys (1000 of each kept)."""
+    out = subprocess.run([os.path.join(build, "softrdma-run"),
+                          os.path.join(build, "bench", "verbs_setup_cost"), "1000"],
+                         capture_output=True, text=True, timeout=120).stdout
+    return {k: float(v) for k, v in re.findall(r"(\w+_us)=([\d.]+)", out)}
 
 
 def idle_cpu_seconds(build):
@@ -195,6 +204,11 @@ def main():
     print("connection set-up, 100 connections one after the other, medians of %d: "
           "RDMA CM %.0f/s, plain TCP connect+exchange %.0f/s (%.2fx, target >= 0.4x)" %
           (a.runs, cm, tcp, cm / tcp))
+    costs = [setup_costs(a.build) for _ in range(a.runs)]
+    print("what each side of a connection sets up, medians of %d: ibv_create_cq %.1f us, "
+          "ibv_create_qp %.1f us, ibv_destroy_qp %.1f us, ibv_destroy_cq %.1f us" %
+          ((a.runs,) + tuple(statistics.median(c[k] for c in costs) for k in
+                             ("create_cq_us", "create_qp_us", "destroy_qp_us", "destroy_cq_us"))))
     cpu = idle_cpu_seconds(a.build)
     if cpu is not None:
         print("idle: 100 connected RC QPs for 3 s used %.4f s of CPU" % cpu)
