@@ -31,7 +31,7 @@ bool cq_relay(CqShared* cq, uint32_t capacity, CqSlot* into) {
   // tail, so none can pass for a position still to come. A new ring is complete before a
   // poll can see it; a poll still reading the old one finds there only entries it holds too.
   for (uint64_t i = head; i < tail; ++i) fill(into[i & (capacity - 1)], waiting[i - head], i);
-  cq->ring.store(cq->ring_word(into, capacity), std::memory_order_release);
+  cq->publish_ring(into, capacity);
   return true;
 }
 

@@ -4,7 +4,6 @@
 
 #include <infiniband/verbs.h>
 #include <atomic>
-#include <bit>
 #include <cstddef>
 #include <cstdint>
 
@@ -47,11 +46,14 @@ inline constexpr size_t kCacheLine = 64;
 /// receives) and the consumer (the owner's polls) each write only their own cache line, so a
 /// busy ring moves one line per completion between the processes, not the whole header.
 struct CqShared {
-  // Set at creation (ring also by ibv_resize_cq under producer_lock); read by everyone.
-  // Where the ring is and how many slots it uses, in one word so that a poll reads both at
-  // once: the ring's distance in bytes from this header (signed: a ring that outgrew its
-  // room moves elsewhere in the arena) above kRingSizeBits of log2(capacity).
-  std::atomic<uint64_t> ring;
+  // Set at creation (the ring also by ibv_resize_cq under producer_lock); read by everyone.
+  // Where the ring is, as its distance in bytes from this header (a ring that outgrew its
+  // room moved elsewhere in the arena), and the mask of a position in it. A move only
+  // grows the ring, and publish_ring stores the distance before the mask while ring_now
+  // loads the mask first: a reader may pair an old mask with the new ring (indices within
+  // it), never a new mask with the old ring.
+  std::atomic<int64_t> ring_distance;
+  std::atomic<uint64_t> ring_mask;
   int32_t channel_eventfd;  // -1 without a completion channel
   uint32_t pad;
   uint64_t context_offset;  // ContextShared of the owner, for async events
@@ -68,26 +70,22 @@ struct CqShared {
   // The consumer's line.
   alignas(kCacheLine) std::atomic<uint64_t> head;  // next position to poll
 
-  static constexpr unsigned kRingSizeBits = 8;
-  static_assert((1u << kRingSizeBits) > 31, "holds log2 of any 32-bit capacity");
-  /// The ring as `ring` describes it: where its slots are and the mask of a position.
+  /// The ring: where its slots are and the mask of a position.
   struct Ring {
     CqSlot* slots;
     uint64_t mask;
-    uint32_t capacity() const { return static_cast<uint32_t>(mask + 1); }
   };
-  Ring ring_at(uint64_t word) {
-    const int64_t distance = static_cast<int64_t>(word) >> kRingSizeBits;
-    return {reinterpret_cast<CqSlot*>(reinterpret_cast<char*>(this) + distance),
-            (uint64_t{1} << (word & ((1u << kRingSizeBits) - 1))) - 1};
+  Ring ring_now(std::memory_order order) {
+    const uint64_t mask = ring_mask.load(order);
+    const int64_t distance = ring_distance.load(std::memory_order_relaxed);
+    return {reinterpret_cast<CqSlot*>(reinterpret_cast<char*>(this) + distance), mask};
   }
-  Ring ring_now(std::memory_order order) { return ring_at(ring.load(order)); }
-  /// The word for `capacity` (a power of two) slots at `slots`.
-  uint64_t ring_word(const CqSlot* slots, uint32_t capacity) const {
-    const int64_t distance =
-        reinterpret_cast<const char*>(slots) - reinterpret_cast<const char*>(this);
-    return (static_cast<uint64_t>(distance) << kRingSizeBits) |
-           static_cast<uint64_t>(std::countr_zero(capacity));
+  /// Makes the `capacity` (a power of two) slots at `slots` the ring: the same ring or a
+  /// larger one (see ring_mask).
+  void publish_ring(CqSlot* slots, uint32_t capacity) {
+    ring_distance.store(reinterpret_cast<char*>(slots) - reinterpret_cast<char*>(this),
+                        std::memory_order_release);
+    ring_mask.store(capacity - 1, std::memory_order_release);
   }
   /// Where a ring that follows the header in the same block begins.
   CqSlot* slots_after_header() { return reinterpret_cast<CqSlot*>(this + 1); }

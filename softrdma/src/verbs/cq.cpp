@@ -150,7 +150,7 @@ Cq* create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel*
   cq->offset = off;
   cq->ring_room = capacity;
   cq->shared = arena.at<CqShared>(off);
-  cq->shared->ring.store(cq->shared->ring_word(cq->shared->slots_after_header(), capacity));
+  cq->shared->publish_ring(cq->shared->slots_after_header(), capacity);
   cq->shared->channel_eventfd = channel ? channel->fd : -1;
   cq->shared->context_offset = to_ctx(context)->shared_offset;
   cq->shared->owner_handle = reinterpret_cast<uint64_t>(&cq->cq);
