@@ -56,16 +56,12 @@ namespace {
 // Puts `w` and everything sent after it back in front of the blocked work, in order: the
 // responder refuses requests that follow one it did not execute.
 void go_back(Qp& qp, SendWork&& w) {
-  std::deque<SendWork> again;
-  again.push_back(std::move(w));
   for (SendWork& later : qp.inflight) {
-    later.next_attempt = again.front().next_attempt;
+    later.next_attempt = w.next_attempt;
     later.give_up = Clock::time_point{};  // its ACK timer starts again when it is resent
-    again.push_back(std::move(later));
   }
-  qp.inflight.clear();
-  for (SendWork& b : qp.blocked) again.push_back(std::move(b));
-  qp.blocked = std::move(again);
+  qp.blocked.splice(qp.blocked.begin(), qp.inflight);
+  qp.blocked.push_front(std::move(w));
   progress_schedule(&qp, qp.blocked.front().next_attempt);
 }
 

@@ -7,7 +7,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
-#include <deque>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -159,6 +159,11 @@ struct SendWork {
   std::shared_ptr<wire::Link> link;
 };
 
+/// Work requests a QP holds in order. A list takes no memory until its first entry (a QP
+/// whose peer is on this host never holds any), where a deque takes a block at once; and a
+/// SendWork is too large for a deque to keep more than one per block anyway.
+using SendQueue = std::list<SendWork>;
+
 /// Work requests of the extended send API between ibv_wr_start and ibv_wr_complete, built
 /// field by field (verbs/qp_ex_send.cpp) and posted together or not at all.
 struct WrBatch {
@@ -196,8 +201,8 @@ struct Qp {
   ProcessLock sq_mutex;
   uint64_t next_seq = 0;                 // sequence number of the next posted WR
   std::atomic<uint64_t> retired_seq{0};  // WRs below this have been retired by poll_cq
-  std::deque<SendWork> blocked;          // WRs waiting for the peer (RNR, no answer)
-  std::deque<SendWork> inflight;         // TCP: sent, answer not yet received
+  SendQueue blocked;                     // WRs waiting for the peer (RNR, no answer)
+  SendQueue inflight;                    // TCP: sent, answer not yet received
   uint32_t next_psn = 0;
   TargetQp peer;                  // RC: the connected QP, resolved on first use
   RegionCache region_cache;       // the peer's regions its one-sided requests used lately
