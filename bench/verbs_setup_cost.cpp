@@ -3,8 +3,8 @@
 // end as a server keeps its connections, then destroyed. Prints microseconds per object.
 // The RDMA CM figure it explains is bench/cm_connect_rate's (against plain TCP).
 //
-// Usage: verbs_setup_cost [N]     (run on softrdma: build/softrdma-run
-// build/bench/verbs_setup_cost)
+// Usage: verbs_setup_cost [N]
+//   on softrdma: build/softrdma-run build/bench/verbs_setup_cost
 #include <infiniband/verbs.h>
 
 #include <chrono>
@@ -16,8 +16,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double micros(Clock::time_point from, Clock::time_point to, int n) {
-  return std::chrono::duration<double, std::micro>(to - from).count() / n;
+// Microseconds per object of `n` that took `spent` together.
+double micros(Clock::duration spent, int n) {
+  return std::chrono::duration<double, std::micro>(spent).count() / n;
 }
 
 }  // namespace
@@ -70,9 +71,7 @@ int main(int argc, char** argv) {
   const auto d2 = Clock::now();
   std::printf(
       "objects=%d create_cq_us=%.1f create_qp_us=%.1f destroy_qp_us=%.1f destroy_cq_us=%.1f\n", n,
-      std::chrono::duration<double, std::micro>(cq_time).count() / (2 * n),
-      std::chrono::duration<double, std::micro>(qp_time).count() / n, micros(d0, d1, n),
-      micros(d1, d2, 2 * n));
+      micros(cq_time, 2 * n), micros(qp_time, n), micros(d1 - d0, n), micros(d2 - d1, 2 * n));
   ibv_dealloc_pd(pd);
   ibv_close_device(ctx);
   return 0;

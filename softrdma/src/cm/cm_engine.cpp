@@ -137,11 +137,12 @@ void on_request(Engine& e, int fd, CmId* listener, const CmMsg& m) {
   child->retry_count = m.retry_count;
   child->rnr_retry_count = m.rnr_retry_count;
   child->state = IdState::kRequested;
-  fill_route_addrs(child, fd, &e.watches[fd].peer);
+  Watch& w = e.watches[fd];
+  fill_route_addrs(child, fd, &w.peer);
   ++listener->pending_requests;
   listener->pending.push_back(child);
-  e.watches[fd].id = child;
-  e.watches[fd].listener = nullptr;
+  w.id = child;
+  w.listener = nullptr;
   post_event(child, RDMA_CM_EVENT_CONNECT_REQUEST, 0, &m, listener);
 }
 
@@ -479,13 +480,15 @@ void unwatch(CmId* id) {
   // but no longer count against it; connections whose request has not arrived are closed.
   for (CmId* child : id->pending) child->listener = nullptr;
   id->pending.clear();
-  for (auto it = e.watches.begin(); id->state == IdState::kListening && it != e.watches.end();) {
-    if (!it->second.id && it->second.listener == id) {
-      epoll_ctl(e.epfd, EPOLL_CTL_DEL, it->first, nullptr);
-      close(it->first);
-      it = e.watches.erase(it);
-    } else {
-      ++it;
+  if (id->state == IdState::kListening) {
+    for (auto it = e.watches.begin(); it != e.watches.end();) {
+      if (!it->second.id && it->second.listener == id) {
+        epoll_ctl(e.epfd, EPOLL_CTL_DEL, it->first, nullptr);
+        close(it->first);
+        it = e.watches.erase(it);
+      } else {
+        ++it;
+      }
     }
   }
   if (id->sock >= 0 && e.watches.erase(id->sock))

@@ -212,25 +212,24 @@ SOFTRDMA_EXPORT int ibv_resize_cq(ibv_cq* cq, int cqe) {
   if (cqe < 1 || cqe > limits::kMaxCqe) return EINVAL;
   Cq* c = to_cq(cq);
   const uint32_t capacity = std::bit_ceil(static_cast<uint32_t>(cqe));
-  if (capacity <= c->ring_room) {
+  // Past its room the ring moves to a block of its own; within it, it is relaid in place.
+  Arena& arena = Arena::self();
+  const bool moves = capacity > c->ring_room;
+  const uint64_t moved_to = moves ? arena.allocate(size_t{capacity} * sizeof(CqSlot)) : 0;
+  if (moves && !moved_to) return ENOMEM;
+  bool relaid;
+  {
     ProcessLockGuard guard(c->shared->producer_lock);
-    if (!cq_relay(c->shared, capacity, c->shared->ring_now(std::memory_order_relaxed).slots))
-      return EINVAL;
-  } else {
-    Arena& arena = Arena::self();
-    const uint64_t moved_to = arena.allocate(size_t{capacity} * sizeof(CqSlot));
-    if (!moved_to) return ENOMEM;
-    bool relaid;
-    {
-      ProcessLockGuard guard(c->shared->producer_lock);
-      relaid = cq_relay(c->shared, capacity, arena.at<CqSlot>(moved_to));
-    }
-    if (!relaid) {
-      arena.free(moved_to);
-      return EINVAL;
-    }
-    if (c->ring_offset) c->retired_rings.push_back(c->ring_offset);
-    c->ring_offset = moved_to;
+    CqSlot* into =
+        moves ? arena.at<CqSlot>(moved_to) : c->shared->ring_now(std::memory_order_relaxed).slots;
+    relaid = cq_relay(c->shared, capacity, into);
+  }
+  if (!relaid) {
+    if (moves) arena.free(moved_to);
+    return EINVAL;
+  }
+  if (moves) {
+    c->moved_rings.push_back(moved_to);
     c->ring_room = capacity;
   }
   cq->cqe = static_cast<int>(capacity);
@@ -251,8 +250,7 @@ SOFTRDMA_EXPORT int ibv_destroy_cq(ibv_cq* cq) {
   }
   if (c->parent_domain) c->parent_domain->users.fetch_sub(1);
   Arena& arena = Arena::self();
-  for (uint64_t ring : c->retired_rings) arena.free(ring);
-  if (c->ring_offset) arena.free(c->ring_offset);
+  for (uint64_t ring : c->moved_rings) arena.free(ring);
   arena.free(c->offset);
   delete c;
   return 0;

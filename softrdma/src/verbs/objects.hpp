@@ -77,11 +77,10 @@ struct Cq {
   };
   uint64_t offset = 0;
   // The ring follows the header in its block until ibv_resize_cq outgrows that room; then it
-  // moves to a block of its own (ring_offset). Rings left behind are freed with the CQ: a
-  // poll in another thread may still be reading one.
-  uint32_t ring_room = 0;
-  uint64_t ring_offset = 0;
-  std::vector<uint64_t> retired_rings;
+  // moves to a block of its own. Rings left behind are freed with the CQ: a poll in another
+  // thread may still be reading one.
+  uint32_t ring_room = 0;             // slots in the current ring's block
+  std::vector<uint64_t> moved_rings;  // the blocks of rings that moved, the current one last
   CqShared* shared = nullptr;
   Channel* channel = nullptr;
   std::atomic<uint32_t> users{0};  // QPs and SRQs that complete into this CQ
