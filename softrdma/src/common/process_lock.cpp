@@ -28,33 +28,24 @@ bool owner_gone(uint32_t owner_pid) {
 
 void ProcessLock::lock_slow() {
   const uint32_t me = static_cast<uint32_t>(current_pid());
-  bool slept = false;
-  for (int spins = 0;; ++spins) {
-    uint32_t seen = word_.load(std::memory_order_relaxed);
-    // Keep (or, after sleeping, restore) the waiters bit: others may still sleep on the word.
-    const uint32_t waiters = slept ? kWaitersBit : (seen & kWaitersBit);
-    if ((seen & ~kWaitersBit) == 0) {
-      if (word_.compare_exchange_weak(seen, me | waiters, std::memory_order_acquire,
-                                      std::memory_order_relaxed))
-        return;
-      continue;
-    }
-    if (spins < 64) {
-      __builtin_ia32_pause();
-      continue;
-    }
-    if (owner_gone(seen & ~kWaitersBit)) {
-      if (word_.compare_exchange_strong(seen, me | waiters, std::memory_order_acquire,
-                                        std::memory_order_relaxed))
-        return;
-      continue;
-    }
-    if (!(seen & kWaitersBit) &&
-        !word_.compare_exchange_weak(seen, seen | kWaitersBit, std::memory_order_relaxed))
-      continue;
-    futex_wait(&word_, seen | kWaitersBit);
-    slept = true;
+  // Taken over from an owner that died, or freed: the word's value is all that is compared.
+  auto take = [&](uint32_t seen) {
+    return word_.compare_exchange_strong(seen, me, std::memory_order_acquire,
+                                         std::memory_order_relaxed);
+  };
+  for (int spins = 0; spins < 64; ++spins) {
+    const uint32_t seen = word_.load(std::memory_order_relaxed);
+    if (seen == 0 && take(0)) return;
+    __builtin_ia32_pause();
   }
+  waiters_.fetch_add(1, std::memory_order_seq_cst);
+  heavy_fence();  // pairs with unlock's light fence (see there)
+  for (;;) {
+    const uint32_t seen = word_.load(std::memory_order_seq_cst);
+    if ((seen == 0 || owner_gone(seen)) && take(seen)) break;
+    if (seen != 0) futex_wait(&word_, seen);
+  }
+  waiters_.fetch_sub(1, std::memory_order_relaxed);
 }
 
 void ProcessLock::wake_one() {

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "common/asymmetric_fence.hpp"
 #include "engine/atomic_word.hpp"
 #include "engine/completion_queue.hpp"
 #include "engine/ordered_copy.hpp"
@@ -75,6 +76,17 @@ char* local_buffer(Qp& qp, const ibv_send_wr& wr) {
   return reinterpret_cast<char*>(s->host_addr + (sge.addr - s->iova));
 }
 
+// Says what the access about to be checked relies on; the checks' loads come after it.
+[[gnu::always_inline]] inline void announce(Qp& qp, uint64_t word) {
+  std::atomic<uint64_t>& announced = qp.direct_access->word;
+  if (light_fences()) [[likely]] {
+    announced.store(word, std::memory_order_relaxed);
+    light_fence();  // the retiring side fences heavily (Registry::wait_for_direct_accessors)
+  } else {
+    announced.exchange(word, std::memory_order_seq_cst);
+  }
+}
+
 // The connected peer takes requests: alive, RC, receiving and connected back to us.
 bool peer_takes(const Qp& qp, const TargetQp& t) {
   const QpShared* p = t.qp;
@@ -96,7 +108,7 @@ bool peer_grants(const TargetQp& t, uint32_t access) {
   if (p->uses_srq) return false;
   auto* rq = t.arena->at<RecvQueueShared>(p->recv_queue_offset);
   const uint32_t length = wr.sg_list[0].length;
-  RegionCache::Pinned dest;
+  RegionCache::Reach dest;
   uint64_t wr_id;
   {
     ProcessLockGuard guard(rq->lock);
@@ -104,17 +116,15 @@ bool peer_grants(const TargetQp& t, uint32_t access) {
     if (!w || w->num_sge > 1) return false;
     if (length) {
       const ibv_sge& sge = w->sge()[0];
-      if (w->num_sge == 0 || sge.length < length ||
-          !qp.region_cache.pin(t, sge.lkey, sge.addr, length, IBV_ACCESS_LOCAL_WRITE, dest))
+      if (w->num_sge == 0 || sge.length < length) return false;
+      announce(qp, DirectAccess::of(t.qpn, sge.lkey));
+      if (!qp.region_cache.reach(t, sge.lkey, sge.addr, length, IBV_ACCESS_LOCAL_WRITE, dest))
         return false;
     }
     wr_id = w->wr_id;
     recv_queue_pop(rq);
   }
-  if (length) {
-    std::memcpy(dest.here, local, length);
-    RegionCache::unpin(dest);
-  }
+  if (length) std::memcpy(dest.here, local, length);
   CqEntry e{};
   e.wr_id = wr_id;
   e.status = IBV_WC_SUCCESS;
@@ -132,7 +142,7 @@ bool peer_grants(const TargetQp& t, uint32_t access) {
 }
 
 // The atomic on the target word (engine/atomic_word.hpp); returns the original value.
-uint64_t atomic_on(const ibv_send_wr& wr, const TargetQp& t, const RegionCache::Pinned& word) {
+uint64_t atomic_on(const ibv_send_wr& wr, const TargetQp& t, const RegionCache::Reach& word) {
   const uint64_t compare_add = wr.wr.atomic.compare_add;
   const uint64_t swap = wr.wr.atomic.swap;
   if (updated_lock_free(word.here, word.on_shared_pages))
@@ -159,14 +169,16 @@ bool post_direct(Qp& qp, const ibv_send_wr& wr) {
 
   TargetQp& t = qp.peer;
   const uint32_t length = wr.sg_list[0].length;
-  t.slot->users.fetch_add(1, std::memory_order_seq_cst);  // the target QP stays while we work
+  // Announced before anything of the peer is checked: its QP and the region stay while the
+  // word names them (see DirectAccess).
+  announce(qp, DirectAccess::of(t.qpn, remote.rkey));
   bool taken = peer_takes(qp, t);
   if (taken && send) {
     taken = deliver_send(qp, t, wr, local);
   } else if (taken) {
-    RegionCache::Pinned target;
+    RegionCache::Reach target;
     taken = peer_grants(t, remote.access) &&
-            qp.region_cache.pin(t, remote.rkey, remote.addr, length, remote.access, target);
+            qp.region_cache.reach(t, remote.rkey, remote.addr, length, remote.access, target);
     if (taken) {
       if (wr.opcode == IBV_WR_RDMA_WRITE) {
         move_tail_last(target.here, local, length);
@@ -176,10 +188,9 @@ bool post_direct(Qp& qp, const ibv_send_wr& wr) {
         const uint64_t original = atomic_on(wr, t, target);
         std::memcpy(local, &original, sizeof original);
       }
-      RegionCache::unpin(target);
     }
   }
-  t.slot->users.fetch_sub(1, std::memory_order_release);
+  qp.direct_access->word.store(0, std::memory_order_release);
   if (!taken) return false;
 
   const uint64_t seq = ++qp.next_seq;

@@ -9,9 +9,8 @@ bool RegionCache::fill(Entry& e, const TargetQp& target, uint32_t key) {
   Registry& registry = Registry::instance();
   MrSlot* s = registry.mr_slot(key);
   if (!s) return false;
-  std::atomic<uint32_t>& users = registry.mr_users(key);
-  if (!pin_published(*s, users, key)) return false;
-  // Pinned and published: the description cannot change until the pin is released.
+  if (s->key.load(std::memory_order_seq_cst) != key) return false;
+  // Announced and published: the description cannot change until the announcement ends.
   const bool cacheable = s->kind == KeyKind::kRegion && !(s->access & IBV_ACCESS_ON_DEMAND) &&
                          admits(*s, s->iova, s->length, target.owner(), target.qp->pd_id, 0);
   char* here = cacheable ? map_region(*s, target.owner(), s->iova, s->length) : nullptr;
@@ -24,11 +23,9 @@ bool RegionCache::fill(Entry& e, const TargetQp& target, uint32_t key) {
     e.here = here;
     e.host_addr = s->host_addr;
     e.slot = s;
-    e.users = &users;
     e.on_shared_pages = s->memfd >= 0;
     e.key = key;
   }
-  users.fetch_sub(1, std::memory_order_release);
   return here != nullptr;
 }
 

@@ -1,12 +1,12 @@
 // The remote regions a requester QP has used lately. A same-host access checks its key,
 // bounds and rights against this copy, on the QP's own cache lines, instead of walking the
 // host's registry and mapping the owner's pages again. An entry is a copy of a registry
-// slot's description and is trusted only once the access is pinned and the slot still
-// carries the same key and generation: ibv_dereg_mr and ibv_rereg_mr unpublish the key and
-// then wait for pins to drain, so a pinned access never reaches a region that is gone.
+// slot's description and is trusted only once the access is announced (the QP's
+// DirectAccess word names the key) and the slot still carries the same key and generation:
+// ibv_dereg_mr and ibv_rereg_mr unpublish the key and then wait until no announcement names
+// it, so an announced access never reaches a region that is gone.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 
 #include "engine/memory_access.hpp"
@@ -17,22 +17,22 @@ namespace softrdma {
 
 class RegionCache {
  public:
-  /// A pinned access: `here` is the first byte in this process, `host_addr` the same byte
-  /// in the owner's address space. Release with unpin().
-  struct Pinned {
+  /// Where an access lands: `here` is its first byte in this process, `host_addr` the same
+  /// byte in the owner's address space.
+  struct Reach {
     char* here = nullptr;
     uint64_t host_addr = 0;
-    std::atomic<uint32_t>* users = nullptr;
     bool on_shared_pages = false;  // every process of the host maps the region
   };
 
-  /// Pins [addr, addr+length) of region `key` of the owner of `target`, in the target's PD
-  /// and with every bit of `access`. False when that is not allowed or the region cannot be
-  /// reached by a plain memory access here (a window, an on-demand region of this process,
-  /// a peer's region outside shared pages): the general path then decides.
-  /// Inline: the common hit is on every same-host operation's path.
-  [[gnu::always_inline]] bool pin(const TargetQp& target, uint32_t key, uint64_t addr,
-                                  uint64_t length, uint32_t access, Pinned& out) {
+  /// Finds [addr, addr+length) of region `key` of the owner of `target`, in the target's PD
+  /// and with every bit of `access`. The caller has announced `key` in its DirectAccess
+  /// word (seq_cst) and keeps it announced while it uses the range. False when that is not
+  /// allowed or the region cannot be reached by a plain memory access here (a window, an
+  /// on-demand region of this process, a peer's region outside shared pages): the general
+  /// path then decides. Inline: the common hit is on every same-host operation's path.
+  [[gnu::always_inline]] bool reach(const TargetQp& target, uint32_t key, uint64_t addr,
+                                    uint64_t length, uint32_t access, Reach& out) {
     Entry& e = entries_[Registry::mr_index(key) & (kEntries - 1)];
     if (e.key != key || e.target_generation != target.generation) {
       if (!fill(e, target, key)) return false;
@@ -40,23 +40,18 @@ class RegionCache {
     if ((e.access & access) != access || addr < e.iova || length > e.length ||
         addr - e.iova > e.length - length)
       return false;
-    if (!pin_published(*e.slot, *e.users, key)) {
-      e.key = 0;
-      return false;
-    }
-    if (e.slot->generation.load(std::memory_order_relaxed) != e.generation) {
-      // Re-registered since it was cached (ibv_rereg_mr keeps the key): describe it afresh.
-      unpin(Pinned{nullptr, 0, e.users, false});
+    // Loaded after the announcement: a retirement that began before it shows here.
+    if (e.slot->key.load(std::memory_order_seq_cst) != key ||
+        e.slot->generation.load(std::memory_order_acquire) != e.generation) {
+      // Deregistered, or re-registered since it was cached (ibv_rereg_mr keeps the key).
       e.key = 0;
       return false;
     }
     out.here = e.here + (addr - e.iova);
     out.host_addr = e.host_addr + (addr - e.iova);
-    out.users = e.users;
     out.on_shared_pages = e.on_shared_pages;
     return true;
   }
-  static void unpin(const Pinned& p) { p.users->fetch_sub(1, std::memory_order_release); }
 
  private:
   struct Entry {
@@ -69,12 +64,12 @@ class RegionCache {
     char* here = nullptr;    // iova, mapped here
     uint64_t host_addr = 0;  // iova in the owner's address space
     MrSlot* slot = nullptr;
-    std::atomic<uint32_t>* users = nullptr;
     bool on_shared_pages = false;
   };
   static constexpr uint32_t kEntries = 4;
   static_assert((kEntries & (kEntries - 1)) == 0, "entries are picked by masking key bits");
 
+  // Describes the region `key` names now into `e` (the caller has announced `key`).
   bool fill(Entry& e, const TargetQp& target, uint32_t key);
   Entry entries_[kEntries];
 };

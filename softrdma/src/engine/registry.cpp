@@ -1,5 +1,7 @@
 #include "engine/registry.hpp"
 
+#include "common/asymmetric_fence.hpp"
+
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/mman.h>
@@ -22,20 +24,22 @@ struct Registry::Header {
   uint32_t pad;
   std::atomic<uint32_t> next_qp;
   std::atomic<uint32_t> next_mr;
+  std::atomic<uint32_t> qp_high_water;  // no QP slot at or past it was ever claimed
 };
 
 namespace {
 
 constexpr uint64_t kMagic = 0x38764d4452544653ull;  // "SFTRDMv8"
-constexpr uint32_t kLayoutVersion = 9;
+constexpr uint32_t kLayoutVersion = 10;
 constexpr size_t kHeaderBytes = 4096;
 constexpr size_t kQpBytes = sizeof(QpSlot) * Registry::kQpCapacity;
 constexpr size_t kMrBytes = sizeof(MrSlot) * Registry::kMrCapacity;
 constexpr size_t kMrUsersBytes = sizeof(MrUsers) * Registry::kMrCapacity;
+constexpr size_t kDirectBytes = sizeof(DirectAccess) * Registry::kQpCapacity;
 constexpr size_t kLockBytes = sizeof(ProcessLock) * Registry::kAtomicStripes;
 constexpr size_t kMcastBytes = sizeof(McastSlot) * Registry::kMcastCapacity;
 constexpr size_t kFileBytes =
-    kHeaderBytes + kQpBytes + kMrBytes + kMrUsersBytes + kLockBytes + kMcastBytes;
+    kHeaderBytes + kQpBytes + kMrBytes + kMrUsersBytes + kLockBytes + kMcastBytes + kDirectBytes;
 
 std::string registry_path() {
   if (const char* p = std::getenv("SOFTRDMA_REGISTRY")) return p;
@@ -182,7 +186,9 @@ Registry::Registry(void* base, uint32_t qpn_range)
       atomic_locks_(reinterpret_cast<ProcessLock*>(static_cast<char*>(base) + kHeaderBytes +
                                                    kQpBytes + kMrBytes + kMrUsersBytes)),
       mcasts_(reinterpret_cast<McastSlot*>(static_cast<char*>(base) + kHeaderBytes + kQpBytes +
-                                           kMrBytes + kMrUsersBytes + kLockBytes)) {
+                                           kMrBytes + kMrUsersBytes + kLockBytes)),
+      direct_(
+          reinterpret_cast<DirectAccess*>(static_cast<char*>(base) + kFileBytes - kDirectBytes)) {
   // A zero-filled file is a valid empty registry; the magic only marks the layout.
   uint64_t expected = 0;
   header_->magic.compare_exchange_strong(expected, kMagic);
@@ -202,7 +208,11 @@ uint32_t Registry::claim_qpn(uint64_t qp_offset, int arena_fd) {
   s->qp_offset = qp_offset;
   s->arena_fd = arena_fd;
   s->users.store(0, std::memory_order_relaxed);
+  direct_[index].word.store(0, std::memory_order_relaxed);  // a dead owner may have left it set
   s->generation.fetch_add(1, std::memory_order_relaxed);
+  uint32_t high = header_->qp_high_water.load(std::memory_order_relaxed);
+  while (high <= index && !header_->qp_high_water.compare_exchange_weak(high, index + 1)) {
+  }
   s->state.store(static_cast<uint32_t>(SlotState::kLive), std::memory_order_release);
   return first_qpn_ + index;
 }
@@ -239,11 +249,28 @@ void describe_region(MrSlot& s, uint32_t pd_id, uint32_t access, uint64_t iova, 
 }
 }  // namespace
 
+void Registry::wait_for_direct_accessors(uint64_t mask, uint64_t value) {
+  using namespace std::chrono;
+  const auto deadline = steady_clock::now() + seconds(2);
+  heavy_fence();  // pairs with the light fence after an announcement (direct_post.cpp)
+  const uint32_t high = header_->qp_high_water.load(std::memory_order_acquire);
+  for (uint32_t i = 0; i < high; ++i) {
+    const std::atomic<uint64_t>& word = direct_[i].word;
+    for (int spins = 0; (word.load(std::memory_order_seq_cst) & mask) == value; ++spins) {
+      // An access is a copy and a completion: long only for a large copy, or a dead owner.
+      const QpSlot& s = qps_[i];
+      if (steady_clock::now() > deadline || (spins > 100 && owner_dead(s.pid, s.start_time))) break;
+      if (spins > 100) std::this_thread::sleep_for(microseconds(50));
+    }
+  }
+}
+
 void Registry::release_qpn(uint32_t qpn) {
   QpSlot* s = qp_slot(qpn);
   if (!s) return;
   s->state.store(static_cast<uint32_t>(SlotState::kClaimed), std::memory_order_seq_cst);
   wait_for_users(s->users);
+  wait_for_direct_accessors(~uint64_t{0} << 32, DirectAccess::of(qpn, 0));
   s->state.store(static_cast<uint32_t>(SlotState::kFree), std::memory_order_release);
 }
 
@@ -291,7 +318,7 @@ void Registry::release_mr(uint32_t key) {
   MrSlot* s = mr_slot(key);
   if (!s || s->key.load() != key) return;
   s->key.store(0, std::memory_order_seq_cst);
-  wait_for_users(mr_users(key));
+  wait_until_unused(key);
   s->state.store(static_cast<uint32_t>(SlotState::kFree), std::memory_order_release);
 }
 
@@ -302,7 +329,7 @@ bool Registry::update_mr(uint32_t key, uint32_t pd_id, uint32_t access, uint64_t
   // Unpublished while it changes: an access meanwhile fails its key check, never sees a
   // mix of old and new attributes.
   s->key.store(0, std::memory_order_seq_cst);
-  wait_for_users(mr_users(key));
+  wait_until_unused(key);
   describe_region(*s, pd_id, access, iova, length, host_addr, pages);
   s->key.store(key, std::memory_order_release);
   return true;
@@ -310,6 +337,7 @@ bool Registry::update_mr(uint32_t key, uint32_t pd_id, uint32_t access, uint64_t
 
 void Registry::wait_until_unused(uint32_t key) {
   wait_for_users(mr_users(key));
+  wait_for_direct_accessors(0xffffffffu, key);
 }
 
 MrSlot* Registry::mr_slot(uint32_t key) {

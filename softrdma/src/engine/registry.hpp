@@ -81,6 +81,17 @@ struct alignas(64) MrUsers {
   std::atomic<uint32_t> count;
 };
 
+/// What a requester QP's same-host access relies on right now (engine/direct_post.cpp):
+/// the target QP's number and the key of the region it reaches, announced before either is
+/// checked. Destroying that QP or retiring that key waits until the word names it no more.
+/// The requester pins nothing per access, so no line is shared with other processes on its
+/// way; one line per QP, written only by its requester.
+struct alignas(64) DirectAccess {
+  std::atomic<uint64_t> word;  // 0: outside any access
+  static uint64_t of(uint32_t target_qpn, uint32_t key) { return uint64_t{target_qpn} << 32 | key; }
+};
+static_assert(sizeof(DirectAccess) == 64);
+
 class Registry {
  public:
   static constexpr uint32_t kQpCapacity = 16384;
@@ -117,14 +128,18 @@ class Registry {
   /// Claims a QP number for a QP whose shared block is at `qp_offset` in this process's arena.
   /// Returns 0 when the table is full.
   uint32_t claim_qpn(uint64_t qp_offset, int arena_fd);
+  /// Frees `qpn` once no peer is inside the QP (pinned or announced in a DirectAccess).
   void release_qpn(uint32_t qpn);
   /// The slot of `qpn`, or nullptr when out of range.
   QpSlot* qp_slot(uint32_t qpn);
+  /// The word in which QP `qpn` of this registry announces its same-host accesses.
+  DirectAccess& direct_access(uint32_t qpn) { return direct_[qpn - first_qpn_]; }
 
   /// Registers a memory region; returns its key, or 0 when the table is full.
   uint32_t claim_mr(uint32_t pd_id, uint32_t access, uint64_t iova, uint64_t length,
                     uint64_t host_addr, const SharedPages* pages);
-  /// Unpublishes `key` and waits until no peer is inside the region any more.
+  /// Unpublishes `key` and waits until no peer is inside the region any more (pinned or
+  /// announced in a DirectAccess).
   void release_mr(uint32_t key);
   /// ibv_rereg_mr: the region `key` takes the new attributes under the same key (peers
   /// holding the rkey keep using it); false when `key` is not live.
@@ -137,7 +152,7 @@ class Registry {
   /// The users counter of the slot `key` names (key not 0).
   std::atomic<uint32_t>& mr_users(uint32_t key) { return mr_users_[mr_index(key)].count; }
   static uint32_t mr_index(uint32_t key) { return (key >> kMrIndexShift) & (kMrCapacity - 1); }
-  /// Waits (bounded) until no accessor that pinned `key` is inside any more.
+  /// Waits (bounded) until no accessor that pinned or announced `key` is inside any more.
   void wait_until_unused(uint32_t key);
 
   /// Attaches QP `qpn` of this process to group `gid`: true if attached (or already),
@@ -168,6 +183,8 @@ class Registry {
   // An MR slot claimed for this process with its key chosen; published by publish_key.
   MrSlot* claim_key_slot(KeyKind kind, uint32_t pd_id, uint32_t& key);
   static void publish_key(MrSlot& s, uint32_t key);
+  // Waits (bounded) until no live QP's DirectAccess word, masked, equals `value`.
+  void wait_for_direct_accessors(uint64_t mask, uint64_t value);
   Header* header_;
   uint32_t qpn_range_;
   uint32_t first_qpn_;
@@ -176,6 +193,7 @@ class Registry {
   MrUsers* mr_users_;
   ProcessLock* atomic_locks_;
   McastSlot* mcasts_;
+  DirectAccess* direct_;
 };
 
 }  // namespace softrdma

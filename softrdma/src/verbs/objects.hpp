@@ -203,10 +203,11 @@ struct Qp {
   SendQueue blocked;                     // WRs waiting for the peer (RNR, no answer)
   SendQueue inflight;                    // TCP: sent, answer not yet received
   uint32_t next_psn = 0;
-  TargetQp peer;                  // RC: the connected QP, resolved on first use
-  RegionCache region_cache;       // the peer's regions its one-sided requests used lately
-  LocalKeyCache local_keys;       // the local region its direct requests used last
-  bool peer_on_this_host = true;  // RC: decided at RTR from the destination GID
+  TargetQp peer;                          // RC: the connected QP, resolved on first use
+  DirectAccess* direct_access = nullptr;  // where its same-host accesses are announced
+  RegionCache region_cache;               // the peer's regions its one-sided requests used lately
+  LocalKeyCache local_keys;               // the local region its direct requests used last
+  bool peer_on_this_host = true;          // RC: decided at RTR from the destination GID
   // Created with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS: the ibv_wr_* API and its pending batch.
   std::unique_ptr<WrBatch> wr_batch;
   std::vector<Gid> mcast_groups;  // UD: the groups it is attached to (verbs/mcast.cpp)

@@ -1,0 +1,123 @@
+// common/process_lock.hpp on its own: the cross-process lock whose unlock is a plain store
+// made safe by its waiters' heavy fence (common/asymmetric_fence.hpp). Threads of several
+// processes contend on one lock in shared memory, so waiters go to sleep and are woken.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+#include "common/asymmetric_fence.hpp"
+#include "common/process_lock.hpp"
+
+namespace {
+
+using softrdma::ProcessLock;
+using softrdma::ProcessLockGuard;
+
+// A forked child is killed by then whatever happens; the parent reaps it.
+constexpr unsigned kChildAlarmSeconds = 20;
+
+struct Shared {
+  ProcessLock lock;
+  uint64_t counter;   // guarded by lock, deliberately not atomic
+  uint64_t inside;    // threads inside the critical section: never more than one
+  uint64_t overlaps;  // times a thread found another inside
+};
+
+class ProcessLockTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    void* p =
+        mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(p, MAP_FAILED);
+    shared_ = static_cast<Shared*>(p);  // zero-filled: an unlocked lock
+  }
+  void TearDown() override { munmap(shared_, sizeof(Shared)); }
+
+  // Forks a child running `body`, which returns its exit status.
+  template <class Body>
+  pid_t Fork(Body body) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      alarm(kChildAlarmSeconds);
+      _exit(body());
+    }
+    return pid;
+  }
+  static int ExitStatus(pid_t pid) {
+    int status = 0;
+    if (waitpid(pid, &status, 0) != pid) return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+
+  // `threads` threads each take the lock `rounds` times.
+  void Hammer(int threads, uint64_t rounds) {
+    std::vector<std::thread> all;
+    for (int t = 0; t < threads; ++t)
+      all.emplace_back([this, rounds] {
+        for (uint64_t i = 0; i < rounds; ++i) {
+          ProcessLockGuard guard(shared_->lock);
+          if (shared_->inside++ != 0) ++shared_->overlaps;
+          ++shared_->counter;
+          // Sometimes hold it long enough for the others to go to sleep on it.
+          if (i % 1024 == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+          --shared_->inside;
+        }
+      });
+    for (std::thread& t : all) t.join();
+  }
+
+  Shared* shared_ = nullptr;
+};
+
+TEST_F(ProcessLockTest, ThreadsOfSeveralProcessesLoseNoUpdate) {
+  constexpr int kProcesses = 3;
+  constexpr int kThreads = 2;
+  constexpr uint64_t kRounds = 20000;
+  std::vector<pid_t> children;
+  for (int p = 1; p < kProcesses; ++p)
+    children.push_back(Fork([this] {
+      Hammer(kThreads, kRounds);
+      return 0;
+    }));
+  Hammer(kThreads, kRounds);
+  for (pid_t c : children) EXPECT_EQ(ExitStatus(c), 0);
+  EXPECT_EQ(shared_->counter, kProcesses * kThreads * kRounds);
+  EXPECT_EQ(shared_->overlaps, 0u);
+  EXPECT_EQ(shared_->inside, 0u);
+  std::printf("membarrier light fences: %s\n", softrdma::light_fences() ? "yes" : "no");
+}
+
+TEST_F(ProcessLockTest, AWaiterAsleepOnTheLockTakesItWhenItIsReleased) {
+  shared_->lock.lock();
+  const pid_t child = Fork([this] {
+    ProcessLockGuard guard(shared_->lock);  // sleeps: the parent holds it
+    ++shared_->counter;
+    return 0;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the child is asleep by now
+  EXPECT_EQ(shared_->counter, 0u);
+  shared_->lock.unlock();
+  EXPECT_EQ(ExitStatus(child), 0);
+  EXPECT_EQ(shared_->counter, 1u);
+}
+
+TEST_F(ProcessLockTest, ALockWhoseOwnerDiedIsTakenOver) {
+  const pid_t child = Fork([this] {
+    shared_->lock.lock();
+    return 0;  // exits holding it
+  });
+  ASSERT_EQ(ExitStatus(child), 0);
+  shared_->lock.lock();  // would wait forever on a dead owner
+  shared_->lock.unlock();
+  EXPECT_TRUE(shared_->lock.try_lock());
+  shared_->lock.unlock();
+}
+
+}  // namespace
