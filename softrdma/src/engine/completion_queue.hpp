@@ -26,25 +26,21 @@ bool cq_push(PeerArena& owner, CqShared* cq, const CqEntry& entry, bool solicite
 /// cq_push for a CQ of this process: `self` finds its arena, only if it is needed.
 bool cq_push_own(PeerArena& (*self)(), CqShared* cq, const CqEntry& entry, bool solicited);
 
-/// Takes up to `max` completions, handing the i-th to `take(i, entry)`; returns how many
-/// (owner only; safe between the owner's threads). If another thread takes them first, the
-/// calls are made again for what is left, so `take` only fills in the caller's output.
+/// Takes up to `max` completions, handing the i-th to `take(i, entry)`; returns how many.
+/// Owner only, one thread at a time (the caller holds the CQ's poll lock).
 template <class Take>
 [[gnu::always_inline]] inline int cq_take(CqShared* cq, int max, Take take) {
-  for (;;) {
-    uint64_t head = cq->head.load(std::memory_order_relaxed);
-    const CqShared::Ring ring = cq->ring_now(std::memory_order_acquire);
-    int n = 0;
-    for (; n < max; ++n) {
-      CqSlot& slot = ring.slots[(head + n) & ring.mask];
-      if (slot.stamp.load(std::memory_order_acquire) != head + n + 1) break;
-      // Producers never overwrite a slot before the head moves past it.
-      take(n, slot.entry);
-    }
-    if (n == 0) return 0;
-    // Several owner threads may poll one CQ: the CAS decides who consumed the entries.
-    if (cq->head.compare_exchange_weak(head, head + n, std::memory_order_acq_rel)) return n;
+  const uint64_t head = cq->head.load(std::memory_order_relaxed);
+  const CqShared::Ring ring = cq->ring_now(std::memory_order_acquire);
+  int n = 0;
+  for (; n < max; ++n) {
+    CqSlot& slot = ring.slots[(head + n) & ring.mask];
+    if (slot.stamp.load(std::memory_order_acquire) != head + n + 1) break;
+    // Producers never overwrite a slot before the head moves past it.
+    take(n, slot.entry);
   }
+  if (n != 0) cq->head.store(head + n, std::memory_order_release);
+  return n;
 }
 
 /// Removes the completions of QP `qpn` that are not yet polled, keeping the others in

@@ -84,7 +84,9 @@ int poll_cq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
   // Answers that other hosts sent this process's requests are taken here and now, instead
   // of by the link's reader thread woken for them; they may complete something on this CQ.
   wire::Link::take_arrived_responses();
-  CqShared* shared = to_cq(cq)->shared;
+  Cq* c = to_cq(cq);
+  std::lock_guard one_poll_at_a_time(c->poll_lock);
+  CqShared* shared = c->shared;
   const int taken = take_completions(shared, num_entries, wc);
   if (taken == 0) [[unlikely]]
     return poll_after_serving(shared, num_entries, wc);

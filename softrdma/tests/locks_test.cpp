@@ -1,6 +1,8 @@
-// common/process_lock.hpp on its own: the cross-process lock whose unlock is a plain store
-// made safe by its waiters' heavy fence (common/asymmetric_fence.hpp). Threads of several
-// processes contend on one lock in shared memory, so waiters go to sleep and are woken.
+// The locks of common/ on their own. ProcessLock: the cross-process lock whose unlock is a
+// plain store made safe by its waiters' heavy fence (common/asymmetric_fence.hpp); threads of
+// several processes contend on one lock in shared memory, so waiters sleep and are woken.
+// BiasedLock: taken without a locked instruction by its first thread until another thread
+// wants it; the hand-over (revoking the bias) must keep both out of each other's way.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -13,10 +15,12 @@
 #include <vector>
 
 #include "common/asymmetric_fence.hpp"
+#include "common/biased_lock.hpp"
 #include "common/process_lock.hpp"
 
 namespace {
 
+using softrdma::BiasedLock;
 using softrdma::ProcessLock;
 using softrdma::ProcessLockGuard;
 
@@ -118,6 +122,68 @@ TEST_F(ProcessLockTest, ALockWhoseOwnerDiedIsTakenOver) {
   shared_->lock.unlock();
   EXPECT_TRUE(shared_->lock.try_lock());
   shared_->lock.unlock();
+}
+
+// A critical section that notices another thread inside it.
+struct Guarded {
+  uint64_t counter = 0;
+  int inside = 0;
+  int overlaps = 0;
+  void enter_and_leave() {
+    if (inside++ != 0) ++overlaps;
+    ++counter;
+    --inside;
+  }
+};
+
+TEST(BiasedLockTest, TheOwnerAndThreadsThatComeLaterLoseNoUpdate) {
+  BiasedLock lock;
+  Guarded g;
+  constexpr uint64_t kRounds = 200000;
+  std::atomic<bool> owner_started{false};
+  std::thread owner([&] {
+    for (uint64_t i = 0; i < kRounds; ++i) {
+      std::lock_guard hold(lock);
+      g.enter_and_leave();
+      owner_started.store(true, std::memory_order_relaxed);
+    }
+  });
+  // The others come once the owner holds the bias, and revoke it while it runs.
+  while (!owner_started.load(std::memory_order_relaxed)) std::this_thread::yield();
+  std::vector<std::thread> others;
+  for (int t = 0; t < 2; ++t)
+    others.emplace_back([&] {
+      for (uint64_t i = 0; i < kRounds; ++i) {
+        std::lock_guard hold(lock);
+        g.enter_and_leave();
+      }
+    });
+  owner.join();
+  for (std::thread& t : others) t.join();
+  EXPECT_EQ(g.counter, 3 * kRounds);
+  EXPECT_EQ(g.overlaps, 0);
+}
+
+TEST(BiasedLockTest, AnotherThreadWaitsUntilTheOwnerLeaves) {
+  BiasedLock lock;
+  std::atomic<bool> owner_left{false};
+  lock.lock();  // this thread becomes the owner
+  std::atomic<bool> other_inside{false};
+  bool owner_gone_when_entered = false;
+  std::thread other([&] {
+    std::lock_guard hold(lock);
+    owner_gone_when_entered = owner_left.load();
+    other_inside = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  EXPECT_FALSE(other_inside.load()) << "entered while the owner was inside";
+  owner_left = true;
+  lock.unlock();
+  other.join();
+  EXPECT_TRUE(owner_gone_when_entered);
+  // Revoked: the former owner now takes the shared lock, and still excludes the other.
+  std::lock_guard again(lock);
+  EXPECT_TRUE(other_inside.load());
 }
 
 }  // namespace
