@@ -143,7 +143,7 @@ TEST(BiasedLockTest, TheOwnerAndThreadsThatComeLaterLoseNoUpdate) {
   std::atomic<bool> owner_started{false};
   std::thread owner([&] {
     for (uint64_t i = 0; i < kRounds; ++i) {
-      std::lock_guard hold(lock);
+      BiasedLock::Guard hold(lock);
       g.enter_and_leave();
       owner_started.store(true, std::memory_order_relaxed);
     }
@@ -154,7 +154,7 @@ TEST(BiasedLockTest, TheOwnerAndThreadsThatComeLaterLoseNoUpdate) {
   for (int t = 0; t < 2; ++t)
     others.emplace_back([&] {
       for (uint64_t i = 0; i < kRounds; ++i) {
-        std::lock_guard hold(lock);
+        BiasedLock::Guard hold(lock);
         g.enter_and_leave();
       }
     });
@@ -167,22 +167,23 @@ TEST(BiasedLockTest, TheOwnerAndThreadsThatComeLaterLoseNoUpdate) {
 TEST(BiasedLockTest, AnotherThreadWaitsUntilTheOwnerLeaves) {
   BiasedLock lock;
   std::atomic<bool> owner_left{false};
-  lock.lock();  // this thread becomes the owner
+  const bool as_owner = lock.lock();
+  EXPECT_EQ(as_owner, softrdma::light_fences()) << "the first thread becomes the owner";
   std::atomic<bool> other_inside{false};
   bool owner_gone_when_entered = false;
   std::thread other([&] {
-    std::lock_guard hold(lock);
+    BiasedLock::Guard hold(lock);
     owner_gone_when_entered = owner_left.load();
     other_inside = true;
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(30));
   EXPECT_FALSE(other_inside.load()) << "entered while the owner was inside";
   owner_left = true;
-  lock.unlock();
+  lock.unlock(as_owner);
   other.join();
   EXPECT_TRUE(owner_gone_when_entered);
   // Revoked: the former owner now takes the shared lock, and still excludes the other.
-  std::lock_guard again(lock);
+  BiasedLock::Guard again(lock);
   EXPECT_TRUE(other_inside.load());
 }
 

@@ -3,9 +3,10 @@
 // offer the same through a "single-threaded" flag the application must set; this needs none).
 //
 // The first thread to take it becomes its owner and takes it by saying it is inside (a
-// store and a light fence, common/asymmetric_fence.hpp). The first other thread to want it
-// revokes that for good: it says so, fences heavily, waits until the owner is outside, and
-// from then on every thread, the owner too, takes a ProcessLock.
+// store and a light fence, common/asymmetric_fence.hpp; without membarrier there are no
+// owners). The first other thread to want it revokes that for good: it says so, fences
+// heavily, waits until the owner is outside, and from then on every thread, the owner too,
+// takes a ProcessLock.
 #pragma once
 
 #include <atomic>
@@ -17,38 +18,47 @@ namespace softrdma {
 
 class BiasedLock {
  public:
-  /// Inline: taken on every post and every poll.
-  void lock() {
+  /// Takes the lock; true if as its owner (pass it to unlock). Inline: taken on every post
+  /// and every poll.
+  [[nodiscard]] bool lock() {
     if (owner_.load(std::memory_order_relaxed) == self()) [[likely]] {
-      if (enter_as_owner()) return;
+      if (enter_as_owner()) return true;
     }
-    lock_slow();
+    return lock_slow();
   }
-  void unlock() {
-    // Only the owner can be inside as the owner, and it stays the owner while inside.
-    if (owner_inside_.load(std::memory_order_relaxed) &&
-        owner_.load(std::memory_order_relaxed) == self())
+  void unlock(bool as_owner) {
+    if (as_owner)
       owner_inside_.store(false, std::memory_order_release);
     else
       shared_.unlock();
   }
 
+  /// Holds the lock for a scope.
+  class Guard {
+   public:
+    explicit Guard(BiasedLock& l) : lock_(l), as_owner_(l.lock()) {}
+    ~Guard() { lock_.unlock(as_owner_); }
+    Guard(const Guard&) = delete;
+    Guard& operator=(const Guard&) = delete;
+
+   private:
+    BiasedLock& lock_;
+    bool as_owner_;
+  };
+
  private:
   // Identifies the calling thread with one instruction (its thread control block).
   static const void* self() { return __builtin_thread_pointer(); }
+  // Only a thread of a process with light fences becomes the owner (lock_slow).
   bool enter_as_owner() {
-    if (light_fences()) [[likely]] {
-      owner_inside_.store(true, std::memory_order_relaxed);
-      light_fence();  // pairs with the revoker's heavy fence
-    } else {
-      owner_inside_.exchange(true, std::memory_order_seq_cst);
-    }
-    if (!revoked_.load(std::memory_order_seq_cst)) [[likely]]
+    owner_inside_.store(true, std::memory_order_relaxed);
+    light_fence();  // pairs with the revoker's heavy fence
+    if (!revoked_.load(std::memory_order_relaxed)) [[likely]]
       return true;
     owner_inside_.store(false, std::memory_order_release);
     return false;
   }
-  void lock_slow();
+  bool lock_slow();  // as lock()
 
   std::atomic<const void*> owner_{nullptr};  // the thread it is biased to, if any
   std::atomic<bool> owner_inside_{false};

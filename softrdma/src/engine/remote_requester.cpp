@@ -163,7 +163,7 @@ std::optional<Clock::time_point> expire_inflight(Qp& qp, Clock::time_point now) 
 void apply_implied_acks(uint32_t qpn, uint32_t psn_end) {
   // Only when this process owns the QP (the usual case).
   with_local_qp(qpn, [psn_end](Qp& qp) {
-    std::lock_guard lock(qp.sq_mutex);
+    BiasedLock::Guard lock(qp.sq_mutex);
     // Requests whose answer carries data (READ, atomics) wait for that answer.
     while (!qp.inflight.empty() && static_cast<int32_t>(qp.inflight.front().psn - psn_end) < 0 &&
            qp.inflight.front().opcode != IBV_WR_RDMA_READ &&
@@ -179,7 +179,7 @@ namespace wire {
 namespace {
 
 void answer_received(Qp* qp, Link& link, const Response& r, std::span<const char> payload) {
-  std::lock_guard lock(qp->sq_mutex);
+  BiasedLock::Guard lock(qp->sq_mutex);
   // Answers come in order; anything else is an answer to a request already given up.
   if (qp->inflight.empty() || qp->inflight.front().psn != r.psn ||
       qp->inflight.front().link.get() != &link)
@@ -240,7 +240,7 @@ void on_response(Link& link, const Response& r, std::span<const char> payload) {
 
 void on_link_down(Link& link) {
   for_each_local_qp([&link](Qp& qp) {
-    std::lock_guard lock(qp.sq_mutex);
+    BiasedLock::Guard lock(qp.sq_mutex);
     if (qp.inflight.empty() || qp.inflight.front().link.get() != &link) return;
     SendWork w = std::move(qp.inflight.front());
     qp.inflight.pop_front();

@@ -260,7 +260,7 @@ int requester_post(Qp& qp, const ibv_send_wr& wr) {
 }
 
 std::optional<Clock::time_point> requester_progress(Qp& qp) {
-  std::lock_guard lock(qp.sq_mutex);
+  BiasedLock::Guard lock(qp.sq_mutex);
   const auto now = Clock::now();
   std::optional<Clock::time_point> next = expire_inflight(qp, now);
   while (!qp.blocked.empty()) {

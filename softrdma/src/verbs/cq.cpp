@@ -85,7 +85,7 @@ int poll_cq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
   // of by the link's reader thread woken for them; they may complete something on this CQ.
   wire::Link::take_arrived_responses();
   Cq* c = to_cq(cq);
-  std::lock_guard one_poll_at_a_time(c->poll_lock);
+  BiasedLock::Guard one_poll_at_a_time(c->poll_lock);
   CqShared* shared = c->shared;
   const int taken = take_completions(shared, num_entries, wc);
   if (taken == 0) [[unlikely]]

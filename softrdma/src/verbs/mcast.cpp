@@ -32,7 +32,7 @@ SOFTRDMA_EXPORT int ibv_attach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t) {
   Gid group;
   if (int err = check_attachment(qp, gid, group)) return err;
   Qp& q = *to_qp(qp);
-  std::lock_guard lock(q.sq_mutex);
+  BiasedLock::Guard lock(q.sq_mutex);
   for (const Gid& g : q.mcast_groups)
     if (g == group) return 0;  // attached already
   if (q.mcast_groups.size() >= limits::kMaxMcastQpAttach) return ENOMEM;
@@ -46,7 +46,7 @@ SOFTRDMA_EXPORT int ibv_detach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t) {
   Gid group;
   if (int err = check_attachment(qp, gid, group)) return err;
   Qp& q = *to_qp(qp);
-  std::lock_guard lock(q.sq_mutex);
+  BiasedLock::Guard lock(q.sq_mutex);
   for (auto it = q.mcast_groups.begin(); it != q.mcast_groups.end(); ++it) {
     if (*it != group) continue;
     Registry::instance().detach_mcast(group.data(), qp->qp_num);

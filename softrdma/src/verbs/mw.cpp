@@ -53,7 +53,7 @@ int bind_mw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* mw_bind) {
   wr.bind_mw.rkey = ibv_inc_rkey(mw->rkey);
   wr.bind_mw.bind_info = mw_bind->bind_info;
   Qp& q = *to_qp(qp);
-  std::lock_guard lock(q.sq_mutex);
+  BiasedLock::Guard lock(q.sq_mutex);
   const int err = requester_post(q, wr);
   if (!err) mw->rkey = wr.bind_mw.rkey;
   return err;

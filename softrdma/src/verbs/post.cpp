@@ -11,7 +11,7 @@ namespace softrdma {
 
 int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   Qp& q = *to_qp(qp);
-  std::lock_guard lock(q.sq_mutex);
+  BiasedLock::Guard lock(q.sq_mutex);
   for (; wr; wr = wr->next) {
     // Only a type 2 window is bound by a work request; type 1 goes through ibv_bind_mw.
     const bool type1_bind =

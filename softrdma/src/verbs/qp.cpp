@@ -221,7 +221,7 @@ SOFTRDMA_EXPORT int ibv_destroy_qp(ibv_qp* qp) {
   if (q->xrcd) q->xrcd->users.fetch_sub(1);
   release_blocks(q);
   {
-    std::lock_guard lock(q->sq_mutex);
+    BiasedLock::Guard lock(q->sq_mutex);
     for (const SendWork& w : q->inflight) release_payload(w);
   }
   delete q;

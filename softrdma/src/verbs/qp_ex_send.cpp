@@ -215,7 +215,7 @@ int wr_complete(ibv_qp_ex* qpx) {
   if (!err && !b.entries.empty()) {
     std::vector<ibv_sge> inline_sges(b.entries.size());
     link_batch(b, inline_sges.data());
-    std::lock_guard lock(q.sq_mutex);
+    BiasedLock::Guard lock(q.sq_mutex);
     for (const WrBatch::Entry& e : b.entries)
       if ((err = requester_check(q, e.wr))) break;
     if (!err && !requester_has_room(q, b.entries.size())) err = ENOMEM;

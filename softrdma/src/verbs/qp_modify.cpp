@@ -173,7 +173,7 @@ void apply(Qp& q, const ibv_qp_attr& a, int mask) {
 }
 
 void reset(Qp& q) {
-  std::lock_guard lock(q.sq_mutex);
+  BiasedLock::Guard lock(q.sq_mutex);
   q.blocked.clear();
   for (const SendWork& w : q.inflight) release_payload(w);
   q.inflight.clear();  // answers still on their way are dropped as stale
@@ -212,7 +212,7 @@ SOFTRDMA_EXPORT int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
     q.shared->state.store(IBV_QPS_RESET);
   } else if (next == IBV_QPS_ERR) {
     qp_enter_error(self_peer(), q.shared, 0);
-    std::lock_guard sq(q.sq_mutex);
+    BiasedLock::Guard sq(q.sq_mutex);
     requester_flush(q);
   } else {
     // From RTR on, peers on other hosts may send to this QP over TCP.
