@@ -1,4 +1,7 @@
 // Error semantics of RC: local and remote protection, lengths, RNR, flushing after an error.
+#include <atomic>
+#include <thread>
+
 #include "verbs_fixture.hpp"
 
 namespace softrdma_test {
@@ -216,6 +219,52 @@ TEST_F(RcErrorsTest, DestroyedPeerIsTransportRetryExceeded) {
             0);
   EXPECT_TRUE(completed(poll_one(p_.cq_a), 2, IBV_WC_RETRY_EXC_ERR));
   EXPECT_EQ(qp_state(p_.a), IBV_QPS_ERR);
+}
+
+// The sender announces the QP it delivers into rather than pinning it (engine/direct_post):
+// ibv_destroy_qp must still wait for a delivery under way, so that nothing lands in the QP's
+// queues or completes on its CQ once it has returned. Under TSan this also shows the
+// delivery and the destruction ordered.
+TEST_F(RcErrorsTest, DestroyingTheTargetWhileAnotherThreadSendsEndsEveryDelivery) {
+  PairOptions o;
+  o.a.timeout = 10;  // 4 ms
+  o.a.retry_cnt = 1;
+  o.caps.recv_wr = 4096;
+  ibv_cq* received = NewCq(8192);
+  o.b_recv_cq = received;
+  ASSERT_NO_FATAL_FAILURE(ConnectPair(o));
+  Buffer src = NewBuffer(64, kRemoteAccess, 1);
+  Buffer dst = NewBuffer(64 * 4096);
+  for (uint64_t i = 0; i < 4096; ++i)
+    ASSERT_EQ(post_recv(p_.b, 1000 + i, {dst.sge(i * 64, 64)}), 0);
+  std::atomic<uint64_t> sent{0};
+  std::atomic<int> last_status{IBV_WC_SUCCESS};
+  std::thread sender([&] {
+    const auto deadline = Clock::now() + Millis{5000};
+    while (Clock::now() < deadline && sent < 4000) {
+      if (post_send(p_.a, send_wr(sent + 1), {src.sge(0, 8)}) != 0) return;
+      ibv_wc wc{};
+      if (!poll_wc(p_.cq_a, Millis{3000}, &wc)) return;
+      last_status = wc.status;
+      if (wc.status != IBV_WC_SUCCESS) return;
+      // Past the first hundred, slower: the destruction comes well before the last receive.
+      if (++sent > 100) std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  });
+  const auto started = Clock::now();
+  while (sent < 100 && Clock::now() - started < Millis{3000}) std::this_thread::yield();
+  ASSERT_EQ(DestroyQpNow(p_.b), 0);
+  // What was delivered before is on the CQ; nothing may follow it.
+  ibv_wc wc{};
+  uint64_t delivered = 0;
+  while (poll_wc(received, Millis{0}, &wc)) ++delivered;
+  EXPECT_TRUE(no_completion(received, Millis{50})) << "a SEND landed after ibv_destroy_qp returned";
+  sender.join();
+  EXPECT_GE(sent.load(), 100u);
+  EXPECT_LT(sent.load(), 4000u) << "the sends outlived their target";
+  EXPECT_EQ(last_status.load(), IBV_WC_RETRY_EXC_ERR)
+      << ibv_wc_status_str(static_cast<ibv_wc_status>(last_status.load()));
+  EXPECT_GE(delivered, sent.load()) << "every acknowledged SEND was delivered";
 }
 
 TEST_F(RcErrorsTest, DestroyingAQpWithWorkWaitingForRnrIsClean) {
