@@ -209,6 +209,7 @@ uint32_t Registry::claim_qpn(uint64_t qp_offset, int arena_fd) {
   s->arena_fd = arena_fd;
   s->users.store(0, std::memory_order_relaxed);
   direct_[index].word.store(0, std::memory_order_relaxed);  // a dead owner may have left it set
+  s->reached_directly.store(0, std::memory_order_relaxed);
   s->generation.fetch_add(1, std::memory_order_relaxed);
   uint32_t high = header_->qp_high_water.load(std::memory_order_relaxed);
   while (high <= index && !header_->qp_high_water.compare_exchange_weak(high, index + 1)) {
@@ -270,7 +271,9 @@ void Registry::release_qpn(uint32_t qpn) {
   if (!s) return;
   s->state.store(static_cast<uint32_t>(SlotState::kClaimed), std::memory_order_seq_cst);
   wait_for_users(s->users);
-  wait_for_direct_accessors(~uint64_t{0} << 32, DirectAccess::of(qpn, 0));
+  // Loaded after the state is unpublished: a requester that marks it later sees that state.
+  if (s->reached_directly.load(std::memory_order_seq_cst))
+    wait_for_direct_accessors(~uint64_t{0} << 32, DirectAccess::of(qpn, 0));
   s->state.store(static_cast<uint32_t>(SlotState::kFree), std::memory_order_release);
 }
 
@@ -286,6 +289,7 @@ MrSlot* Registry::claim_key_slot(KeyKind kind, uint32_t pd_id, uint32_t& key) {
   s->parent_key = 0;
   s->bound_qpn = 0;
   s->windows.store(0, std::memory_order_relaxed);
+  s->reached_directly.store(0, std::memory_order_relaxed);
   key = random_key(index);
   return s;
 }
@@ -337,7 +341,10 @@ bool Registry::update_mr(uint32_t key, uint32_t pd_id, uint32_t access, uint64_t
 
 void Registry::wait_until_unused(uint32_t key) {
   wait_for_users(mr_users(key));
-  wait_for_direct_accessors(0xffffffffu, key);
+  // The caller unpublished the key first: a requester that marks the slot later sees that.
+  const MrSlot* s = mr_slot(key);
+  if (s && s->reached_directly.load(std::memory_order_seq_cst))
+    wait_for_direct_accessors(0xffffffffu, key);
 }
 
 MrSlot* Registry::mr_slot(uint32_t key) {

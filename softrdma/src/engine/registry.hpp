@@ -31,7 +31,9 @@ struct alignas(64) QpSlot {  // one cache line: peers bump `users` on every requ
   uint64_t netns;
   uint64_t qp_offset;  // QpShared inside the owner's arena
   int32_t arena_fd;    // the owner's arena memfd, as numbered in the owner
-  uint32_t pad;
+  // A same-host requester may announce accesses to it (Registry::note_reached_directly):
+  // only then must retiring it wait for announcements.
+  std::atomic<uint32_t> reached_directly;
   uint64_t reserved;
 };
 static_assert(sizeof(QpSlot) == 64);
@@ -62,6 +64,8 @@ struct alignas(64) MrSlot {
   // Bumped whenever the slot describes something new (registration, rereg), while its key
   // is unpublished: a peer's cached copy of the description is valid while this matches.
   std::atomic<uint32_t> generation;
+  // A same-host requester may announce accesses to it (as QpSlot::reached_directly).
+  std::atomic<uint32_t> reached_directly;
 };
 
 /// A UD QP attached to a multicast group (ibv_attach_mcast).
@@ -134,6 +138,12 @@ class Registry {
   QpSlot* qp_slot(uint32_t qpn);
   /// The word in which QP `qpn` of this registry announces its same-host accesses.
   DirectAccess& direct_access(uint32_t qpn) { return direct_[qpn - first_qpn_]; }
+  /// Marks a QP or region slot as one that announced accesses may reach; before the first
+  /// announcement naming it, and before the checks that follow it. Retiring a slot never so
+  /// marked skips the fence and the scan of the announcements.
+  static void note_reached_directly(std::atomic<uint32_t>& flag) {
+    if (flag.load(std::memory_order_seq_cst) == 0) flag.exchange(1, std::memory_order_seq_cst);
+  }
 
   /// Registers a memory region; returns its key, or 0 when the table is full.
   uint32_t claim_mr(uint32_t pd_id, uint32_t access, uint64_t iova, uint64_t length,
