@@ -5,6 +5,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cstdlib>
+#include <cstring>
+
 namespace softrdma {
 namespace detail {
 
@@ -16,8 +19,12 @@ long membarrier(int command) {
   return syscall(SYS_membarrier, command, 0, 0);
 }
 
+// SOFTRDMA_MEMBARRIER=0 leaves the process unregistered, as a sandbox that refuses the
+// call would: the fallback (locked instructions on the common side) is then what runs.
 void register_process() {
-  g_light_fences.store(membarrier(MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED) == 0,
+  const char* wanted = std::getenv("SOFTRDMA_MEMBARRIER");
+  const bool refused = wanted && std::strcmp(wanted, "0") == 0;
+  g_light_fences.store(!refused && membarrier(MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED) == 0,
                        std::memory_order_relaxed);
 }
 
