@@ -105,9 +105,10 @@ void progress_schedule(Qp* qp, Clock::time_point when) {
 void progress_forget(Qp* qp) {
   ProgressState& s = state();
   std::unique_lock lock(s.mutex);
-  s.due.erase(qp);
-  g_pending.store(static_cast<uint32_t>(s.due.size()), std::memory_order_relaxed);
+  s.due.erase(qp);  // no new run starts
   s.settled.wait(lock, [&] { return s.running.count(qp) == 0; });
+  s.due.erase(qp);  // a run that was under way schedules it again as it finishes
+  g_pending.store(static_cast<uint32_t>(s.due.size()), std::memory_order_relaxed);
 }
 
 void run_due_progress() {
