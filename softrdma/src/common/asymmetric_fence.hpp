@@ -29,6 +29,19 @@ inline void light_fence() {
   std::atomic_signal_fence(std::memory_order_seq_cst);
 }
 
+/// The common side in full: stores `value` into `word` (a release) so that this thread's
+/// later loads come after it, with a light fence where that is enough and otherwise as a
+/// sequentially consistent exchange.
+template <class T>
+inline void store_then_fence(std::atomic<T>& word, T value) {
+  if (light_fences()) [[likely]] {
+    word.store(value, std::memory_order_release);
+    light_fence();
+  } else {
+    word.exchange(value, std::memory_order_seq_cst);
+  }
+}
+
 /// The rare side: every thread on the host that passed a light_fence() has its stores before
 /// that point visible, and its loads after it not yet made, as seen from this thread's loads
 /// after this call. A system call of about a microsecond.

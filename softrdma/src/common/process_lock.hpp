@@ -30,12 +30,7 @@ class ProcessLock {
                                          std::memory_order_acquire, std::memory_order_relaxed);
   }
   void unlock() {
-    if (light_fences()) [[likely]] {
-      word_.store(0, std::memory_order_release);
-      light_fence();
-    } else {
-      word_.exchange(0, std::memory_order_seq_cst);
-    }
+    store_then_fence(word_, 0u);
     // A waiter counts itself, fences, then looks at the word: it sees this release, or this
     // load sees it counted.
     if (waiters_.load(std::memory_order_seq_cst) != 0) wake_one();

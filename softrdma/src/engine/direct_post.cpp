@@ -77,14 +77,9 @@ char* local_buffer(Qp& qp, const ibv_send_wr& wr) {
 }
 
 // Says what the access about to be checked relies on; the checks' loads come after it.
+// The retiring side fences heavily (Registry::wait_for_direct_accessors).
 [[gnu::always_inline]] inline void announce(Qp& qp, uint64_t word) {
-  std::atomic<uint64_t>& announced = qp.direct_access->word;
-  if (light_fences()) [[likely]] {
-    announced.store(word, std::memory_order_relaxed);
-    light_fence();  // the retiring side fences heavily (Registry::wait_for_direct_accessors)
-  } else {
-    announced.exchange(word, std::memory_order_seq_cst);
-  }
+  store_then_fence(qp.direct_access->word, word);
 }
 
 // The connected peer takes requests: alive, RC, receiving and connected back to us.
