@@ -2,7 +2,9 @@
 // (network namespaces joined by veth): the TCP transport.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <memory>
+#include <string>
 
 #include "support/client_pair.hpp"
 
@@ -104,5 +106,60 @@ INSTANTIATE_TEST_SUITE_P(
                       same_program("send_1MiB", "ib_send_bw -s 1048576 -n 8 -t 4 -u 12"),
                       same_program("read_1MiB", "ib_read_bw -s 1048576 -n 8 -o 4 -u 12")),
     case_name);
+
+// What a process logs at exit (SOFTRDMA_DEBUG) of the bare ACKs it held back
+// (wire/held_acks.hpp): how many a request of its own carried, and how many it sent after all.
+struct HeldAckTotals {
+  long carried = -1;
+  long sent = -1;
+};
+
+HeldAckTotals held_ack_totals(const std::string& output) {
+  HeldAckTotals t;
+  const auto at = output.find("acknowledgements held back:");
+  if (at != std::string::npos)
+    std::sscanf(output.c_str() + at,
+                "acknowledgements held back: %ld carried by requests, %ld sent", &t.carried,
+                &t.sent);
+  return t;
+}
+
+class HeldAcksTwoHosts : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!hosts_.ok()) GTEST_SKIP() << "no network namespaces here: " << hosts_.reason();
+  }
+  rdmakit::testing::PairOutput run(const std::string& program) {
+    return rdmakit::testing::run_pair(same_program("pair", program), Placement::kTwoHosts, &hosts_,
+                                      {"SOFTRDMA_DEBUG=1"});
+  }
+  TwoHosts hosts_;
+};
+
+// A ping-pong of WRITEs, each side spinning on the bytes the other writes before it answers
+// with its own: the ACK of each WRITE rides back in the answering WRITE instead of travelling
+// alone, which saves a message and, on the requester's side, a thread's wake-up per round
+// trip. Some go alone all the same when the answer is late (a side that was not scheduled
+// for a while on a loaded machine), but most ride.
+TEST_F(HeldAcksTwoHosts, AWritePingPongCarriesItsAcknowledgementsBack) {
+  const auto out = run("ib_write_lat -n 2000");
+  for (const std::string* side : {&out.server, &out.client}) {
+    const HeldAckTotals t = held_ack_totals(*side);
+    EXPECT_GE(t.carried, 1000) << *side;
+    EXPECT_GE(t.sent, 0) << *side;
+    EXPECT_LT(t.sent, t.carried) << *side;
+  }
+}
+
+// One-way traffic has no request to carry an ACK: none is held back, every one goes at once
+// (a requester waiting for it is not kept waiting).
+TEST_F(HeldAcksTwoHosts, OneWayTrafficHoldsNoAcknowledgementBack) {
+  const auto out = run("ib_write_bw -n 2000");
+  for (const std::string* side : {&out.server, &out.client}) {
+    const HeldAckTotals t = held_ack_totals(*side);
+    EXPECT_EQ(t.carried, 0) << *side;
+    EXPECT_EQ(t.sent, 0) << *side;
+  }
+}
 
 }  // namespace

@@ -39,9 +39,13 @@ PairCase same_program(const std::string& name, const std::string& program_and_ar
   return {name, program_and_args + " -p {port}", program_and_args + " -p {port} {server}"};
 }
 
-void run_pair(const PairCase& c, Placement where, const TwoHosts* hosts) {
+PairOutput run_pair(const PairCase& c, Placement where, const TwoHosts* hosts,
+                    const std::vector<std::string>& extra_env) {
   const bool netns = where != Placement::kThisHost;
-  ASSERT_TRUE(!netns || (hosts && hosts->ok())) << "no network namespaces";
+  if (netns && !(hosts && hosts->ok())) {
+    ADD_FAILURE() << "no network namespaces";
+    return {};
+  }
   const std::string server_addr = netns ? hosts->address(0) : "127.0.0.1";
   const std::vector<std::string> none;
   const auto& server_ns = netns ? hosts->on(0) : none;
@@ -49,14 +53,17 @@ void run_pair(const PairCase& c, Placement where, const TwoHosts* hosts) {
   // Once more only when perftest's own clock calibration failed, never for anything else.
   for (int attempt = 0;; ++attempt) {
     const int port = c.fixed_port ? c.fixed_port : free_tcp_port();
-    Process server(command(server_ns, expand(c.server, port, server_addr)));
-    ASSERT_TRUE(wait_listening(port, 10s, netns ? server.pid() : 0)) << "server did not listen";
-    auto client = run(command(client_ns, expand(c.client, port, server_addr)), 120s);
+    Process server(command(server_ns, expand(c.server, port, server_addr)), extra_env);
+    if (!wait_listening(port, 10s, netns ? server.pid() : 0)) {
+      ADD_FAILURE() << "server did not listen";
+      return {};
+    }
+    auto client = run(command(client_ns, expand(c.client, port, server_addr)), 120s, extra_env);
     auto served = server.wait(30s);
     if (attempt == 0 && perftest_clock_failed(client)) continue;
     EXPECT_TRUE(client.ok()) << "client: " << client.describe();
     EXPECT_TRUE(served.ok()) << "server: " << served.describe();
-    return;
+    return {served.output, client.output};
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "support/two_hosts.hpp"
 
@@ -34,8 +35,15 @@ enum class Placement {
   kTwoHosts,     // server and client in two namespaces joined by veth
 };
 
-/// Runs the pair; adds test failures (with both outputs) when either side fails. `hosts`
-/// is needed for the namespace placements.
-void run_pair(const PairCase& c, Placement where, const TwoHosts* hosts);
+/// What the two programs printed.
+struct PairOutput {
+  std::string server;
+  std::string client;
+};
+
+/// Runs the pair, both with `extra_env` ("NAME=value") in their environment; adds test
+/// failures when either side fails. `hosts` is needed for the namespace placements.
+PairOutput run_pair(const PairCase& c, Placement where, const TwoHosts* hosts,
+                    const std::vector<std::string>& extra_env = {});
 
 }  // namespace rdmakit::testing

@@ -30,7 +30,7 @@ struct Registry::Header {
 namespace {
 
 constexpr uint64_t kMagic = 0x38764d4452544653ull;  // "SFTRDMv8"
-constexpr uint32_t kLayoutVersion = 10;
+constexpr uint32_t kLayoutVersion = 11;
 constexpr size_t kHeaderBytes = 4096;
 constexpr size_t kQpBytes = sizeof(QpSlot) * Registry::kQpCapacity;
 constexpr size_t kMrBytes = sizeof(MrSlot) * Registry::kMrCapacity;

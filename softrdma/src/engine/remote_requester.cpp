@@ -115,18 +115,28 @@ Outcome transmit(Qp& qp, SendWork& w, const iovec* payload, int count, uint64_t 
     retries_exhausted(qp, w, now);  // starts the ACK-timeout budget
     w.next_attempt = Clock::time_point{};
   }
-  const wire::Request header = request_header(qp, w, length);
+  wire::Request header = request_header(qp, w, length);
+  if (qp.took_carried_ack) header.flags |= wire::kTakesCarriedAcks;
+  qp.took_carried_ack = false;
   w.link = link;
   // In the in-flight list before it is sent: the answer may arrive at once.
   qp.inflight.push_back(std::move(w));
   // Registered memory may be sent from where it is until the answer (not inline bytes).
   const bool may_borrow = w.inline_data.empty() && !(w.send_flags & IBV_SEND_INLINE);
-  if (!link->send(header, payload, wire::carries_payload(header.opcode) ? count : 0, may_borrow)) {
+  const auto sent =
+      link->send(header, payload, wire::carries_payload(header.opcode) ? count : 0, may_borrow);
+  if (sent == wire::Link::Sent::kFailed) {
     SendWork back = std::move(qp.inflight.back());
     qp.inflight.pop_back();
     w = std::move(back);
     return not_sent(qp, w, now);
   }
+  // The acknowledgement this request carries lets the peer drop the one it holds back
+  // (wire/held_acks.hpp), but only if it travels now: one queued behind a backlog of large
+  // payloads would come later than the peer's own ACK, and its requests would time out.
+  // Under the send-queue lock, and peer_psn_end only grows: a store keeps the largest.
+  if (sent == wire::Link::Sent::kHeaderNow && header.acked_psn_end != 0)
+    qp.shared->acked_psn_sent.store(header.acked_psn_end, std::memory_order_release);
   if (qp.inflight.front().give_up != Clock::time_point::max())
     progress_schedule(&qp, qp.inflight.front().give_up);
   return Outcome::kInFlight;
@@ -160,17 +170,37 @@ std::optional<Clock::time_point> expire_inflight(Qp& qp, Clock::time_point now) 
   return std::nullopt;
 }
 
+namespace {
+
+// Notes that the peer executed this QP's requests below `psn_end`, and completes from the
+// front those it covers. Requests whose answer carries data (READ, atomics) wait for that
+// answer, and what follows them waits behind them. Caller holds the send-queue lock.
+void acknowledged_below(Qp& qp, uint32_t psn_end) {
+  if (!qp.implied_acks_known || static_cast<int32_t>(psn_end - qp.implied_acked_end) > 0) {
+    qp.implied_acked_end = psn_end;
+    qp.implied_acks_known = true;
+  }
+  bool completed = false;
+  while (!qp.inflight.empty() &&
+         static_cast<int32_t>(qp.inflight.front().psn - qp.implied_acked_end) < 0 &&
+         qp.inflight.front().opcode != IBV_WR_RDMA_READ && !is_atomic(qp.inflight.front().opcode)) {
+    complete(qp, qp.inflight.front(), IBV_WC_SUCCESS);
+    qp.inflight.pop_front();
+    completed = true;
+  }
+  // As an answer does, an acknowledgement restarts the ACK timer for the next request.
+  if (completed && !qp.inflight.empty())
+    qp.inflight.front().give_up = answer_deadline(qp, Clock::now());
+}
+
+}  // namespace
+
 void apply_implied_acks(uint32_t qpn, uint32_t psn_end) {
   // Only when this process owns the QP (the usual case).
   with_local_qp(qpn, [psn_end](Qp& qp) {
     BiasedLock::Guard lock(qp.sq_mutex);
-    // Requests whose answer carries data (READ, atomics) wait for that answer.
-    while (!qp.inflight.empty() && static_cast<int32_t>(qp.inflight.front().psn - psn_end) < 0 &&
-           qp.inflight.front().opcode != IBV_WR_RDMA_READ &&
-           !is_atomic(qp.inflight.front().opcode)) {
-      complete(qp, qp.inflight.front(), IBV_WC_SUCCESS);
-      qp.inflight.pop_front();
-    }
+    qp.took_carried_ack = true;
+    acknowledged_below(qp, psn_end);
   });
 }
 
@@ -180,6 +210,11 @@ namespace {
 
 void answer_received(Qp* qp, Link& link, const Response& r, std::span<const char> payload) {
   BiasedLock::Guard lock(qp->sq_mutex);
+  // The responder executes a reliable QP's requests in order, so an answer that is not a
+  // sequence NAK acknowledges every request before it, as on a NIC: one whose own ACK it
+  // held back (wire/held_acks.hpp) may still wait here for the request that carried it.
+  if (qp->qpx.qp_base.qp_type == IBV_QPT_RC && (r.reply == Reply::kDone || r.reply == Reply::kRnr))
+    acknowledged_below(*qp, r.psn);
   // Answers come in order; anything else is an answer to a request already given up.
   if (qp->inflight.empty() || qp->inflight.front().psn != r.psn ||
       qp->inflight.front().link.get() != &link)
@@ -204,6 +239,7 @@ void answer_received(Qp* qp, Link& link, const Response& r, std::span<const char
         failed = true;
       } else {
         complete(*qp, w, IBV_WC_SUCCESS);
+        acknowledged_below(*qp, r.psn);  // what was acknowledged behind a READ or atomic
       }
       break;
     // An RNR or a sequence NAK is an answer: as on a NIC, the retransmission starts the

@@ -186,7 +186,9 @@ struct QpShared {
   ProcessLock responder_lock;
   uint32_t expected_psn_known;
   uint32_t expected_psn;
-  uint32_t pad2;
+  // TCP transport, RC: the largest peer_psn_end the QP's own requests carried so far. A bare
+  // ACK the responder holds back (wire/held_acks.hpp) is dropped once this covers it.
+  std::atomic<uint32_t> acked_psn_sent;
   AtomicReplay atomic_replay[kAtomicReplaySlots];
 };
 

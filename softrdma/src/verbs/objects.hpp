@@ -205,6 +205,13 @@ struct Qp {
   SendQueue blocked;                     // WRs waiting for the peer (RNR, no answer)
   SendQueue inflight;                    // TCP: sent, answer not yet received
   uint32_t next_psn = 0;
+  // RC over TCP: the peer's requests acknowledged ours below this PSN (once known). A READ or
+  // atomic waits for its answer's data, and what it covered behind one completes after it.
+  uint32_t implied_acked_end = 0;
+  bool implied_acks_known = false;
+  // RC over TCP: the peer's requests carried an acknowledgement to this process since the QP's
+  // last request (wire::kTakesCarriedAcks).
+  bool took_carried_ack = false;
   TargetQp peer;                          // RC: the connected QP, resolved on first use
   DirectAccess* direct_access = nullptr;  // where its same-host accesses are announced
   RegionCache region_cache;               // the peer's regions its one-sided requests used lately

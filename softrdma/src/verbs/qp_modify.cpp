@@ -179,7 +179,10 @@ void reset(Qp& q) {
   q.inflight.clear();  // answers still on their way are dropped as stale
   q.retired_seq.store(q.next_seq);
   q.peer = TargetQp{};
+  q.implied_acks_known = false;
+  q.took_carried_ack = false;
   q.shared->peer_psn_end.store(0);
+  q.shared->acked_psn_sent.store(0);
   restart_sequence(q.shared);
   if (q.rq) {
     ProcessLockGuard guard(q.rq->lock);

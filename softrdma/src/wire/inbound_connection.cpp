@@ -49,6 +49,21 @@ Reply to_reply(ResponderReply::Kind k) {
   }
 }
 
+// A WRITE or SEND carried out: its answer is a bare acknowledgement, which the target QP's
+// own next request may carry instead (READ and atomics answer with data).
+bool answered_by_bare_ack(const Request& h, const Response& resp) {
+  const bool write_or_send = h.opcode == IBV_WR_RDMA_WRITE ||
+                             h.opcode == IBV_WR_RDMA_WRITE_WITH_IMM || h.opcode == IBV_WR_SEND ||
+                             h.opcode == IBV_WR_SEND_WITH_IMM || h.opcode == IBV_WR_SEND_WITH_INV;
+  return write_or_send && h.qp_type == IBV_QPT_RC && resp.reply == Reply::kDone &&
+         resp.status == IBV_WC_SUCCESS && resp.payload_len == 0;
+}
+
+// Our QP's requests reach the requester's owner (see kTakesCarriedAcks).
+bool ack_may_ride_back(const Request& h) {
+  return h.flags & kTakesCarriedAcks;
+}
+
 void append(std::vector<char>& out, const void* bytes, size_t n) {
   const char* p = static_cast<const char*>(bytes);
   out.insert(out.end(), p, p + n);
@@ -183,8 +198,31 @@ void InboundConnection::execute(const Request& h, const char* payload) {
   }
   if (resp.reply != Reply::kDone || resp.status != IBV_WC_SUCCESS) result_len = 0;
   resp.payload_len = result_len;
+  if (target.qp && answered_by_bare_ack(h, resp) && ack_may_ride_back(h) && held_.may_hold()) {
+    append(output_, &resp, sizeof resp);
+    held_.hold(target, h.src_qpn, h.psn);
+    return;
+  }
+  send_held_first();
   append(output_, &resp, sizeof resp);
   append(output_, result_.data(), result_len);
+  sendable_end_ = output_.size();
+}
+
+void InboundConnection::settle_held(HeldAcks::Clock::time_point now, bool all) {
+  const auto kept = held_.release(output_.data() + sendable_end_, now, all);
+  output_.resize(sendable_end_ + kept.remaining * sizeof(Response));
+  if (!kept.still_held) sendable_end_ = output_.size();
+}
+
+void InboundConnection::send_held_first() {
+  if (!held_.empty()) settle_held(HeldAcks::Clock::now(), true);
+}
+
+bool InboundConnection::release_held(HeldAcks::Clock::time_point now, bool all) {
+  if (held_.empty()) return true;
+  settle_held(now, all);
+  return on_writable();
 }
 
 bool InboundConnection::on_writable() {
@@ -200,8 +238,8 @@ bool InboundConnection::on_writable() {
 
 bool InboundConnection::flush() {
   while (wants_write()) {
-    const ssize_t w = send(fd_, output_.data() + written_, output_.size() - written_,
-                           MSG_NOSIGNAL | MSG_DONTWAIT);
+    const ssize_t w =
+        send(fd_, output_.data() + written_, sendable_end_ - written_, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (w < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;
@@ -210,8 +248,9 @@ bool InboundConnection::flush() {
     written_ += static_cast<size_t>(w);
   }
   // Reclaim what was sent: at once when all of it was, else once the sent part is large.
-  if (written_ == output_.size() || written_ >= kMaxPendingOutput) {
+  if (written_ == sendable_end_ || written_ >= kMaxPendingOutput) {
     output_.erase(output_.begin(), output_.begin() + static_cast<ptrdiff_t>(written_));
+    sendable_end_ -= written_;
     written_ = 0;
   }
   return true;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/responder.hpp"
+#include "wire/held_acks.hpp"
 #include "wire/protocol.hpp"
 
 namespace softrdma::wire {
@@ -38,8 +39,15 @@ class InboundConnection {
   /// Writes pending answers, then executes requests that waited for them to drain. False:
   /// close the connection.
   bool on_writable();
-  /// Answers are waiting for the socket to take them.
-  bool wants_write() const { return written_ < output_.size(); }
+  /// Answers are waiting for the socket to take them (held acknowledgements aside).
+  bool wants_write() const { return written_ < sendable_end_; }
+  /// Bare acknowledgements are held (wire/held_acks.hpp), due at held_due().
+  bool holds_acks() const { return !held_.empty(); }
+  HeldAcks::Clock::time_point held_due() const { return held_.due(); }
+  /// Drops the held acknowledgements a request of their QP carried since, and hands the
+  /// others to the socket once due at `now`, or at once with `all`. False: close the
+  /// connection.
+  bool release_held(HeldAcks::Clock::time_point now, bool all);
   /// Reading pauses while too many answers wait (a peer that does not read its answers).
   bool wants_read() const { return output_.size() - written_ < kMaxPendingOutput; }
   /// The peer has sent at least one well-formed request.
@@ -62,8 +70,16 @@ class InboundConnection {
   std::vector<char> input_;  // [consumed_, filled_): read, not yet executed
   size_t consumed_ = 0;
   size_t filled_ = 0;
+  /// Drops the held acknowledgements that were carried; makes the others sendable once due
+  /// at `now`, or with `all`.
+  void settle_held(HeldAcks::Clock::time_point now, bool all);
+  /// Stops holding acknowledgements: they go out before what is appended next.
+  void send_held_first();
+
   std::vector<char> output_;  // answers; the first written_ bytes are sent
   size_t written_ = 0;
+  size_t sendable_end_ = 0;  // output_ from here on is held acknowledgements
+  HeldAcks held_;
   std::vector<char> result_;  // READ data or an atomic's original value
 };
 

@@ -161,7 +161,7 @@ void Link::queue(const iovec* iov, int count, size_t offset, int first_borrowed)
   backlog_ready_.notify_one();
 }
 
-bool Link::send(const Request& header, const iovec* payload, int count, bool may_borrow) {
+Link::Sent Link::send(const Request& header, const iovec* payload, int count, bool may_borrow) {
   // Smaller payloads are copied: borrowing saves little there and costs the bookkeeping.
   constexpr size_t kBorrowedAtLeast = size_t{16} << 10;
   constexpr int kMaxIov = 1 + kMaxSge;
@@ -171,19 +171,19 @@ bool Link::send(const Request& header, const iovec* payload, int count, bool may
   for (int i = 0; i < count && n < kMaxIov; ++i) iov[n++] = payload[i];
   const int first_borrowed = may_borrow && header.payload_len >= kBorrowedAtLeast ? 1 : n;
   std::lock_guard lock(write_mutex_);
-  if (!alive()) return false;
+  if (!alive()) return Sent::kFailed;
   if (!backlog_.empty() || flushing_) {  // behind bytes already waiting
     queue(iov, n, 0, first_borrowed);
-    return true;
+    return Sent::kQueued;
   }
   const ssize_t sent = write_now(fd_, iov, n);
   if (sent < 0) {
     shut_holding_lock();
-    return false;
+    return Sent::kFailed;
   }
   if (static_cast<size_t>(sent) < iov_bytes(iov, n))
     queue(iov, n, static_cast<size_t>(sent), first_borrowed);
-  return true;
+  return static_cast<size_t>(sent) >= sizeof header ? Sent::kHeaderNow : Sent::kQueued;
 }
 
 bool Link::write_out() {

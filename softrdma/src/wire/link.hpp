@@ -30,10 +30,15 @@ class Link {
   /// (or remade after a failure) on demand. nullptr when it cannot be reached right now.
   static std::shared_ptr<Link> to(uint32_t ipv4_be, uint16_t port);
 
+  enum class Sent {
+    kHeaderNow,  // the header is in the socket, behind nothing of ours but what it holds
+    kQueued,     // the header waits in the backlog, behind what the socket would not take
+    kFailed,     // the link is broken
+  };
   /// Sends a request and its payload, or queues what the socket cannot take now. A payload
   /// that `may_borrow` (registered memory of a request that completes only by its answer)
-  /// is queued by reference when it is large, else copied. False once the link is broken.
-  bool send(const Request& header, const iovec* payload, int count, bool may_borrow);
+  /// is queued by reference when it is large, else copied.
+  Sent send(const Request& header, const iovec* payload, int count, bool may_borrow);
   /// Stops reading requesters' memory: what the backlog still borrows is copied. Call it
   /// before a request sent here completes other than by its answer (or is dropped).
   void stop_borrowing();

@@ -57,7 +57,7 @@ class ResponderLoop {
   [[noreturn]] void run() {
     epoll_event events[64];
     for (;;) {
-      const int n = epoll_wait(epfd_, events, 64, kSweepIntervalMs);
+      const int n = wait_for_events(events, 64);
       // Naps holding no lock: the applications serve meanwhile. The events may then be
       // stale, which handle() allows for.
       if (std::any_of(events, events + std::max(n, 0),
@@ -66,7 +66,7 @@ class ResponderLoop {
         standby_.stand_by(epfd_, [this] { send_deferred_answers(false); });
       }
       std::lock_guard lock(serving_);
-      send_deferred();
+      send_deferred(false);
       if (handle(events, n, true)) standby_.thread_took();
       const auto now = Clock::now();
       close_unauthenticated(now);
@@ -92,15 +92,16 @@ class ResponderLoop {
     return served;
   }
 
-  /// Hands the answers deferred by applications' polls to their sockets, unless the loop's
-  /// thread is at it (and will), or with `wait` after it.
+  /// Hands the answers deferred by applications' polls to their sockets, and the held
+  /// acknowledgements that fell due or were carried, unless the loop's thread is at it (and
+  /// will). With `wait`, after it, and every held acknowledgement too.
   void send_deferred_answers(bool wait) {
     std::unique_lock lock(serving_, std::defer_lock);
     if (wait)
       lock.lock();
     else if (!lock.try_lock())
       return;
-    send_deferred();
+    send_deferred(wait);
   }
 
  private:
@@ -122,12 +123,60 @@ class ResponderLoop {
     return served;
   }
 
+  // The loop's thread sleeps until the next event, sweep, or held acknowledgement due.
+  int wait_for_events(epoll_event* events, int most) {
+    auto timeout = std::chrono::nanoseconds(std::chrono::milliseconds(kSweepIntervalMs));
+    {
+      std::lock_guard lock(serving_);
+      if (!holding_.empty()) {
+        const auto until_due = next_held_due() - Clock::now();
+        timeout = std::clamp<std::chrono::nanoseconds>(until_due, {}, timeout);
+      }
+    }
+    const timespec t{static_cast<time_t>(timeout.count() / 1000000000),
+                     static_cast<long>(timeout.count() % 1000000000)};
+    const int n = epoll_pwait2(epfd_, events, most, &t, nullptr);
+    if (n >= 0 || errno != ENOSYS) return n;
+    // Before Linux 5.11: whole milliseconds, rounded up (a held ACK goes a little late).
+    const auto ms = std::chrono::ceil<std::chrono::milliseconds>(timeout);
+    return epoll_wait(epfd_, events, most, static_cast<int>(ms.count()));
+  }
+
   // Caller holds serving_.
-  void send_deferred() {
-    if (deferred_.empty()) return;
+  Clock::time_point next_held_due() {
+    auto due = Clock::time_point::max();
+    for (const int fd : holding_)
+      if (auto it = connections_.find(fd); it != connections_.end())
+        due = std::min(due, it->second.connection->held_due());
+    return due;
+  }
+
+  // Caller holds serving_. Sends what polls deferred, and the held acknowledgements that were
+  // carried (dropped) or fell due (`all`: every one).
+  void send_deferred(bool all) {
     for (const int fd : deferred_) serve(fd, EPOLLOUT, true);
     deferred_.clear();
-    deferred_answers.store(0, std::memory_order_relaxed);
+    if (!holding_.empty()) {
+      const auto now = Clock::now();
+      std::vector<int> holding;
+      holding.swap(holding_);
+      for (const int fd : holding) {
+        auto it = connections_.find(fd);
+        if (it == connections_.end()) continue;
+        if (!it->second.connection->release_held(now, all)) {
+          drop(it);
+          continue;
+        }
+        rewatch(it);
+        if (it->second.connection->holds_acks()) holding_.push_back(fd);
+      }
+    }
+    count_waiting_answers();
+  }
+
+  // Caller holds serving_. Polls look at this count before taking the lock.
+  void count_waiting_answers() {
+    deferred_answers.store(deferred_.size() + holding_.size(), std::memory_order_relaxed);
   }
 
   struct Entry {
@@ -187,17 +236,26 @@ class ResponderLoop {
       drop(it);
       return;
     }
+    if (c.holds_acks() && std::find(holding_.begin(), holding_.end(), fd) == holding_.end()) {
+      holding_.push_back(fd);
+      count_waiting_answers();
+    }
     if (!answer_now && c.wants_write()) {
       if (std::find(deferred_.begin(), deferred_.end(), fd) == deferred_.end())
         deferred_.push_back(fd);
-      deferred_answers.store(deferred_.size(), std::memory_order_relaxed);
+      count_waiting_answers();
       return;  // watched as it was until the answers go out
     }
-    // Read while answers can go out; wait for the socket while they cannot.
+    rewatch(it);
+  }
+
+  // Read while answers can go out; wait for the socket while they cannot.
+  void rewatch(std::unordered_map<int, Entry>::iterator it) {
+    const InboundConnection& c = *it->second.connection;
     const uint32_t wanted = (c.wants_read() ? EPOLLIN : 0u) | (c.wants_write() ? EPOLLOUT : 0u);
     if (wanted != it->second.watched) {
       it->second.watched = wanted;
-      watch(fd, wanted, EPOLL_CTL_MOD);
+      watch(it->first, wanted, EPOLL_CTL_MOD);
     }
   }
 
@@ -262,6 +320,7 @@ class ResponderLoop {
   std::mutex serving_;         // the loop's thread, or an application thread in serve_arrived()
   Standby standby_;            // the loop thread's, while applications serve every arrival
   std::vector<int> deferred_;  // connections whose answers wait for send_deferred()
+  std::vector<int> holding_;   // connections holding acknowledgements back
   const int listener_;
   const int epfd_;
   const std::chrono::milliseconds unauthenticated_timeout_ = unauthenticated_timeout();
@@ -276,6 +335,14 @@ class ResponderLoop {
 // but not the thread: it must not read its parent's connections.
 std::atomic<ResponderLoop*> g_loop{nullptr};
 std::atomic<pid_t> g_loop_pid{0};
+
+void at_exit() {
+  const HeldAcks::Totals held = HeldAcks::totals();
+  SOFTRDMA_DEBUG_LOG("acknowledgements held back: %llu carried by requests, %llu sent",
+                     static_cast<unsigned long long>(held.carried),
+                     static_cast<unsigned long long>(held.sent));
+  send_deferred_answers_before_leaving();
+}
 
 // This process's loop (not one a forked child inherited), or none.
 ResponderLoop* own_loop() {
@@ -318,7 +385,7 @@ void ensure_listening() {
   g_loop_pid.store(current_pid(), std::memory_order_relaxed);
   g_loop.store(loop, std::memory_order_release);
   start_background_thread("softrdma-serve", [loop] { loop->run(); });
-  std::atexit(send_deferred_answers_before_leaving);
+  std::atexit(at_exit);
 }
 
 bool serve_arrived_requests_now() {

@@ -30,7 +30,7 @@ struct Request {
   Kind kind;
   uint8_t opcode;   // ibv_wr_opcode
   uint8_t qp_type;  // ibv_qp_type
-  uint8_t flags;    // kSolicited | kHasImm
+  uint8_t flags;    // kSolicited | kHasImm | kTakesCarriedAcks
   uint32_t dest_qpn;
   uint32_t src_qpn;
   uint32_t psn;  // per requester QP, increasing: the responder executes them in order
@@ -53,6 +53,11 @@ static_assert(sizeof(Request) == 112, "the wire format is fixed");
 
 inline constexpr uint8_t kSolicited = 1;
 inline constexpr uint8_t kHasImm = 2;
+// RC: the sending QP's owner took an acknowledgement carried by the receiving QP's requests
+// since its previous request, so the receiver's requests reach it (with several processes
+// of a user on a host, a connection may land in another): the receiver may hold the bare
+// ACK of this request back for its own next request to carry (wire/held_acks.hpp).
+inline constexpr uint8_t kTakesCarriedAcks = 4;
 
 enum class Reply : uint8_t {
   kDone = 1,           // executed; `status` is the requester's completion status

@@ -1,0 +1,63 @@
+#include "wire/held_acks.hpp"
+
+#include <atomic>
+#include <cstring>
+#include <utility>
+
+#include "wire/protocol.hpp"
+
+namespace softrdma::wire {
+namespace {
+
+std::atomic<uint64_t> carried_total{0};
+std::atomic<uint64_t> sent_total{0};
+
+}  // namespace
+
+HeldAcks::Totals HeldAcks::totals() {
+  return {carried_total.load(std::memory_order_relaxed), sent_total.load(std::memory_order_relaxed)};
+}
+
+bool HeldAcks::may_hold() {
+  if (paused_for_ == 0) return true;
+  --paused_for_;
+  return false;
+}
+
+void HeldAcks::hold(const TargetQp& qp, uint32_t requester_qpn, uint32_t psn) {
+  if (acks_.empty()) due_ = Clock::now() + kHold;
+  acks_.push_back(Ack{qp, requester_qpn, psn});
+}
+
+bool HeldAcks::carried(const Ack& a) {
+  // The QP must still be the one that executed the request, connected to its requester.
+  if (!a.qp.current() || a.qp.qp->dest_qpn != a.requester_qpn) return false;
+  const uint32_t sent = a.qp.qp->acked_psn_sent.load(std::memory_order_acquire);
+  return static_cast<int32_t>(sent - (a.psn + 1)) >= 0;
+}
+
+HeldAcks::Outcome HeldAcks::release(char* records, Clock::time_point now, bool all) {
+  size_t kept = 0;
+  for (size_t i = 0; i < acks_.size(); ++i) {
+    if (carried(acks_[i])) {
+      carried_total.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    if (kept != i) {
+      std::memmove(records + kept * sizeof(Response), records + i * sizeof(Response),
+                   sizeof(Response));
+      acks_[kept] = std::move(acks_[i]);
+    }
+    ++kept;
+  }
+  acks_.resize(kept);
+  if (kept == 0) return {0, false};
+  const bool fell_due = now >= due_;
+  if (!fell_due && !all) return {kept, true};
+  if (fell_due) paused_for_ = kPauseAfterMiss;
+  sent_total.fetch_add(kept, std::memory_order_relaxed);
+  acks_.clear();
+  return {kept, false};
+}
+
+}  // namespace softrdma::wire
