@@ -15,7 +15,8 @@ std::atomic<uint64_t> sent_total{0};
 }  // namespace
 
 HeldAcks::Totals HeldAcks::totals() {
-  return {carried_total.load(std::memory_order_relaxed), sent_total.load(std::memory_order_relaxed)};
+  return {carried_total.load(std::memory_order_relaxed),
+          sent_total.load(std::memory_order_relaxed)};
 }
 
 bool HeldAcks::may_hold() {
