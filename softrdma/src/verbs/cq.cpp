@@ -11,6 +11,7 @@
 #include "verbs/device_limits.hpp"
 #include "verbs/objects.hpp"
 #include "verbs/ops.hpp"
+#include "wire/arrivals.hpp"
 #include "wire/link.hpp"
 #include "wire/listener.hpp"
 #include "wire/standby.hpp"
@@ -69,8 +70,9 @@ void to_wc(const CqEntry& e, ibv_wc& wc) {
 // A poll that found nothing executes the requests other hosts sent this process's QPs (a
 // SEND it may be waiting for), rather than wait for the serving thread to be scheduled, and
 // looks again. Out of line: the common poll, which finds a completion, stays short.
-[[gnu::noinline]] int poll_after_serving(CqShared* shared, int num_entries, ibv_wc* wc) {
-  return wire::serve_arrived_requests() ? take_completions(shared, num_entries, wc) : 0;
+[[gnu::noinline]] int poll_after_serving(CqShared* shared, int num_entries, ibv_wc* wc,
+                                         const wire::Arrivals& arrived) {
+  return wire::serve_arrived_requests(arrived) ? take_completions(shared, num_entries, wc) : 0;
 }
 
 }  // namespace
@@ -81,15 +83,17 @@ int poll_cq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
   if (num_entries < 0) return -EINVAL;
   run_due_progress();
   wire::send_deferred_answers();
-  // Answers that other hosts sent this process's requests are taken here and now, instead
-  // of by the link's reader thread woken for them; they may complete something on this CQ.
-  wire::Link::take_arrived_responses();
+  // What other hosts sent (one system call, none in a process without sockets): answers to
+  // this process's requests are taken here and now, instead of by the link's reader thread
+  // woken for them; they may complete something on this CQ.
+  const wire::Arrivals arrived = wire::arrivals();
+  if (arrived.responses) wire::Link::take_arrived_responses();
   Cq* c = to_cq(cq);
   BiasedLock::Guard one_poll_at_a_time(c->poll_lock);
   CqShared* shared = c->shared;
   const int taken = take_completions(shared, num_entries, wc);
-  if (taken == 0) [[unlikely]]
-    return poll_after_serving(shared, num_entries, wc);
+  if (taken == 0 && arrived.requests != 0) [[unlikely]]
+    return poll_after_serving(shared, num_entries, wc, arrived);
   return taken;
 }
 

@@ -16,6 +16,7 @@
 #include "common/current_pid.hpp"
 #include "common/log.hpp"
 #include "engine/memory_access.hpp"
+#include "wire/arrivals.hpp"
 #include "wire/socket_io.hpp"
 
 namespace softrdma::wire {
@@ -81,6 +82,7 @@ std::shared_ptr<Link> Link::to(uint32_t ipv4_be, uint16_t port) {
   link->self_ = link;
   l.by_destination[destination] = link;
   open_links.store(l.by_destination.size(), std::memory_order_relaxed);
+  watch_for_polls(fd, true);
   start_background_thread("softrdma-reader", [link] { read_loop(link); });
   return link;
 }
@@ -123,6 +125,7 @@ uint64_t Link::progress() const {
 }
 
 Link::~Link() {
+  unwatch_for_polls(fd_);
   close(fd_);
 }
 

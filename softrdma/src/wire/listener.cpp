@@ -20,6 +20,7 @@
 #include "common/background_thread.hpp"
 #include "common/current_pid.hpp"
 #include "common/log.hpp"
+#include "wire/arrivals.hpp"
 #include "wire/inbound_connection.hpp"
 #include "wire/protocol.hpp"
 #include "wire/standby.hpp"
@@ -77,19 +78,18 @@ class ResponderLoop {
     }
   }
 
-  /// Serves what has arrived, in the calling application thread, unless the loop's thread is
-  /// at it. True if there was something.
-  bool serve_arrived() {
+  /// Serves the inbound connections an application's poll found readable, in its thread,
+  /// unless the loop's thread is at it. True if there was something.
+  bool serve_arrived(const Arrivals& arrived) {
     std::unique_lock lock(serving_, std::try_to_lock);
     if (!lock) return false;
-    epoll_event events[16];
-    const int n = epoll_wait(epfd_, events, 16, 0);
     // While the loop's thread stands by, applications poll: the answers (a message back to
     // another host, a system call that also runs that host's receive path) go out at the
     // next poll, after this one has returned what they completed.
-    const bool served = handle(events, n, !standby_.standing_by());
-    if (served) standby_.application_took();
-    return served;
+    const bool answer_now = !standby_.standing_by();
+    for (int i = 0; i < arrived.requests; ++i) serve(arrived.request_fds[i], EPOLLIN, answer_now);
+    standby_.application_took();
+    return true;
   }
 
   /// Hands the answers deferred by applications' polls to their sockets, and the held
@@ -216,6 +216,7 @@ class ResponderLoop {
       connections_[fd] = Entry{std::make_unique<InboundConnection>(fd), serial, EPOLLIN};
       inbound_connections.fetch_add(1, std::memory_order_relaxed);
       watch(fd, EPOLLIN, EPOLL_CTL_ADD);
+      watch_for_polls(fd, false);
       waiting_.push_back({fd, serial});
       if (waiting_.size() > kMaxUnauthenticated) close_unauthenticated(Clock::time_point::max());
     }
@@ -261,6 +262,7 @@ class ResponderLoop {
 
   void drop(std::unordered_map<int, Entry>::iterator it) {
     epoll_ctl(epfd_, EPOLL_CTL_DEL, it->first, nullptr);
+    unwatch_for_polls(it->first);
     connections_.erase(it);  // closes the socket
     inbound_connections.fetch_sub(1, std::memory_order_relaxed);
   }
@@ -388,9 +390,10 @@ void ensure_listening() {
   std::atexit(at_exit);
 }
 
-bool serve_arrived_requests_now() {
+bool serve_arrived_requests(const Arrivals& arrived) {
+  if (arrived.requests == 0) return false;
   ResponderLoop* loop = own_loop();
-  return loop && loop->serve_arrived();
+  return loop && loop->serve_arrived(arrived);
 }
 
 void send_deferred_answers_now() {

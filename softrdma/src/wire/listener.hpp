@@ -9,6 +9,8 @@
 
 namespace softrdma::wire {
 
+struct Arrivals;
+
 /// Makes this process one of the host's listeners; cheap after the first call. One thread
 /// serves every inbound connection (wire/inbound_connection.hpp); connections that send no
 /// well-formed request are bounded in number and closed after a timeout
@@ -18,15 +20,11 @@ void ensure_listening();
 /// Inbound connections of this process being served.
 inline std::atomic<size_t> inbound_connections{0};
 
-/// Executes the requests that have arrived on this process's inbound connections, in the
-/// calling thread, unless the serving thread is at it: an application polling its CQ for a
-/// peer's SEND, or waiting for its own answer, would otherwise wait for that thread to be
-/// scheduled. True if anything had arrived.
-bool serve_arrived_requests_now();
-/// serve_arrived_requests_now(), if this process serves any inbound connection.
-inline bool serve_arrived_requests() {
-  return inbound_connections.load(std::memory_order_relaxed) != 0 && serve_arrived_requests_now();
-}
+/// Executes the requests that have arrived on the inbound connections `arrived` names
+/// (wire/arrivals.hpp), in the calling thread, unless the serving thread is at it: an
+/// application polling its CQ for a peer's SEND, or waiting for its own answer, would
+/// otherwise wait for that thread to be scheduled. True if it served them.
+bool serve_arrived_requests(const Arrivals& arrived);
 
 /// Connections whose answers an application's poll deferred (while the serving thread
 /// stands by, answers go out at the next poll, not before the poll that completed their
