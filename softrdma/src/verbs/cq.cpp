@@ -67,12 +67,20 @@ void to_wc(const CqEntry& e, ibv_wc& wc) {
   return done;
 }
 
-// A poll that found nothing executes the requests other hosts sent this process's QPs (a
-// SEND it may be waiting for), rather than wait for the serving thread to be scheduled, and
-// looks again. Out of line: the common poll, which finds a completion, stays short.
-[[gnu::noinline]] int poll_after_serving(CqShared* shared, int num_entries, ibv_wc* wc,
-                                         const wire::Arrivals& arrived) {
-  return wire::serve_arrived_requests(arrived) ? take_completions(shared, num_entries, wc) : 0;
+// A poll in a process with sockets to other hosts (wire/arrivals.hpp), out of line: the
+// same-host poll stays short. Answers to this process's requests are taken here and now,
+// instead of by the link's reader thread woken for them; they may complete something on
+// this CQ. A poll that found nothing then executes the requests other hosts sent this
+// process's QPs (a SEND it may be waiting for), rather than wait for the serving thread to
+// be scheduled, and looks again.
+[[gnu::noinline]] int poll_with_arrivals(Cq* c, int num_entries, ibv_wc* wc) {
+  wire::send_deferred_answers();
+  const wire::Arrivals arrived = wire::arrivals();
+  if (arrived.responses) wire::Link::take_arrived_responses();
+  BiasedLock::Guard one_poll_at_a_time(c->poll_lock);
+  const int taken = take_completions(c->shared, num_entries, wc);
+  if (taken != 0 || !wire::serve_arrived_requests(arrived)) return taken;
+  return take_completions(c->shared, num_entries, wc);
 }
 
 }  // namespace
@@ -82,19 +90,11 @@ namespace softrdma {
 int poll_cq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
   if (num_entries < 0) return -EINVAL;
   run_due_progress();
-  wire::send_deferred_answers();
-  // What other hosts sent (one system call, none in a process without sockets): answers to
-  // this process's requests are taken here and now, instead of by the link's reader thread
-  // woken for them; they may complete something on this CQ.
-  const wire::Arrivals arrived = wire::arrivals();
-  if (arrived.responses) wire::Link::take_arrived_responses();
   Cq* c = to_cq(cq);
+  if (wire::watched_for_polls.load(std::memory_order_relaxed) != 0) [[unlikely]]
+    return poll_with_arrivals(c, num_entries, wc);
   BiasedLock::Guard one_poll_at_a_time(c->poll_lock);
-  CqShared* shared = c->shared;
-  const int taken = take_completions(shared, num_entries, wc);
-  if (taken == 0 && arrived.requests != 0) [[unlikely]]
-    return poll_after_serving(shared, num_entries, wc, arrived);
-  return taken;
+  return take_completions(c->shared, num_entries, wc);
 }
 
 int req_notify_cq(ibv_cq* cq, int solicited_only) {
