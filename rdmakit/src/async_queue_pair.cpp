@@ -34,20 +34,37 @@ bool AsyncQueuePair::List::remove(Operation* op) noexcept {
 [[gnu::always_inline]] inline void AsyncQueuePair::finish(Operation* op,
                                                           std::error_code result) noexcept {
   op->result = result;
-  if (op->timed) {
-    --timed_;
-    --poller_.timed_;
-    if (op->timeout.count() > 0) --poller_.deadlines_;
-    op->unwatch_stop();
-  }
+  if (op->timed) [[unlikely]]
+    stop_timing(op);
   --in_flight_;
   op->waiter.resume();
+}
+
+void AsyncQueuePair::start_timing(Operation* op) noexcept {
+  const bool stoppable = op->stop && op->stop->stop_possible();
+  if (op->timeout.count() <= 0 && !stoppable) return;
+  op->timed = true;
+  ++timed_;
+  ++poller_.timed_;
+  if (op->timeout.count() > 0) {
+    ++poller_.deadlines_;
+    op->deadline = Operation::Steady::now() + op->timeout;
+  }
+  if (stoppable) op->watch_stop();
+}
+
+void AsyncQueuePair::stop_timing(Operation* op) noexcept {
+  --timed_;
+  --poller_.timed_;
+  if (op->timeout.count() > 0) --poller_.deadlines_;
+  op->unwatch_stop();
 }
 
 AsyncQueuePair::AsyncQueuePair(Poller& poller, QueuePair& qp)
     : poller_(poller),
       qp_(qp),
       raw_(qp.get()),
+      inline_size_(qp.caps().inline_size),
       send_room_(qp.caps().send_depth),
       recv_room_(qp.caps().recv_depth),
       // Signal a few times per queue depth so room frees before the queue runs dry.
@@ -66,59 +83,48 @@ AsyncQueuePair::~AsyncQueuePair() {
   poller_.detach(this);
 }
 
-[[gnu::always_inline]] inline bool AsyncQueuePair::post_now(Operation* op) noexcept {
-  // Only on an idle queue (depth 1): with work outstanding, waiting for the poller's flush
-  // batches the requests behind one doorbell. Nothing pending either, so a send never
-  // overtakes a receive submitted before it.
-  // A stop requested before the submission leaves it to the sweep: it never reaches the device.
-  if (failed_ || pending_sends_.head || pending_recvs_.head ||
-      op->cancel_requested.load(std::memory_order_acquire))
-    return false;
-  op->next = nullptr;
-  const auto wr_id = reinterpret_cast<uintptr_t>(op);
-  if (op->on_completion == &send_completed) {
-    if (posted_sends_.head || send_room_ == 0) return false;
-    ibv_send_wr& wr = static_cast<SendOperation*>(op)->wr;
-    wr.wr_id = wr_id;
-    wr.next = nullptr;
-    wr.send_flags |= IBV_SEND_SIGNALED;  // alone, so it retires itself
-    ibv_send_wr* bad = nullptr;
-    // A refused post goes the usual way: the flush posts it again and reports the error.
-    if (ibv_post_send(raw_, &wr, &bad) != 0) return false;
-    --send_room_;
-    posted_sends_.push(op);
-  } else {
-    if (posted_recvs_.head || recv_room_ == 0) return false;
-    ibv_recv_wr& wr = static_cast<RecvOperation*>(op)->wr;
-    wr.wr_id = wr_id;
-    wr.next = nullptr;
-    ibv_recv_wr* bad = nullptr;
-    if (ibv_post_recv(raw_, &wr, &bad) != 0) return false;
-    --recv_room_;
-    posted_recvs_.push(op);
-  }
-  return true;
+inline bool AsyncQueuePair::may_post_at_once(const Operation* op) const noexcept {
+  // A stop requested before submission (the callback runs at once) cancels it unposted.
+  return !failed_ && !pending_sends_.head && !pending_recvs_.head &&
+         !(op->timed && op->cancel_requested.load(std::memory_order_acquire));
 }
 
-void AsyncQueuePair::submit(Operation* op) noexcept {
+void AsyncQueuePair::submit(SendOperation* op) noexcept {
   ++in_flight_;
-  const bool stoppable = op->stop && op->stop->stop_possible();
-  if (op->timeout.count() > 0 || stoppable) {
-    op->timed = true;
-    ++timed_;
-    ++poller_.timed_;
-    if (op->timeout.count() > 0) {
-      ++poller_.deadlines_;
-      op->deadline = Operation::Steady::now() + op->timeout;
+  if (op->timeout.count() > 0 || op->stop) [[unlikely]]
+    start_timing(op);
+  if (may_post_at_once(op) && !posted_sends_.head && send_room_ != 0) {
+    op->wr.wr_id = reinterpret_cast<uintptr_t>(static_cast<Operation*>(op));
+    op->wr.send_flags |= IBV_SEND_SIGNALED;  // alone, so it retires itself
+    ibv_send_wr* bad = nullptr;
+    if (ibv_post_send(raw_, &op->wr, &bad) == 0) [[likely]] {
+      --send_room_;
+      posted_sends_.push(op);
+      return;
     }
-    // May run request_cancel at once if the stop was already requested.
-    if (stoppable) op->watch_stop();
   }
-  if (post_now(op)) return;
-  if (op->on_completion == &send_completed)
-    pending_sends_.push(op);
-  else
-    pending_recvs_.push(op);
+  queue(pending_sends_, op);  // a failed post fails again in flush, finishing it
+}
+
+void AsyncQueuePair::submit(RecvOperation* op) noexcept {
+  ++in_flight_;
+  if (op->timeout.count() > 0 || op->stop) [[unlikely]]
+    start_timing(op);
+  if (may_post_at_once(op) && !posted_recvs_.head && recv_room_ != 0) {
+    op->wr.wr_id = reinterpret_cast<uintptr_t>(static_cast<Operation*>(op));
+    op->wr.next = nullptr;
+    ibv_recv_wr* bad = nullptr;
+    if (ibv_post_recv(raw_, &op->wr, &bad) == 0) [[likely]] {
+      --recv_room_;
+      posted_recvs_.push(op);
+      return;
+    }
+  }
+  queue(pending_recvs_, op);
+}
+
+void AsyncQueuePair::queue(List& pending, Operation* op) noexcept {
+  pending.push(op);
   poller_.mark_dirty(this);
 }
 
@@ -205,31 +211,31 @@ void AsyncQueuePair::fail_qp() noexcept {
 
 void AsyncQueuePair::send_completed(Operation* done, const ibv_wc& wc) noexcept {
   AsyncQueuePair& self = *done->qp;
+  if (wc.status != IBV_WC_SUCCESS || self.posted_sends_.head != done) [[unlikely]]
+    return self.retire_sends_through(done, wc);
+  self.posted_sends_.pop();  // it retires only itself (depth 1, or signalled alone)
+  ++self.send_room_;
+  done->byte_len = wc.byte_len;
+  self.finish(done, detail::kNoError);
+}
+
+void AsyncQueuePair::retire_sends_through(Operation* done, const ibv_wc& wc) noexcept {
   const bool ok = wc.status == IBV_WC_SUCCESS;
-  if (ok && self.posted_sends_.head == done) {  // it retires only itself (depth 1, or signalled)
-    self.posted_sends_.pop();
-    ++self.send_room_;
-    done->byte_len = wc.byte_len;
-    self.finish(done, detail::kNoError);
-    return;
-  }
-  // Unsignalled requests before `done` completed before it; once the QP failed, the device
-  // flushed them.
   for (;;) {
-    Operation* op = self.posted_sends_.pop();
+    Operation* op = posted_sends_.pop();
     RDMAKIT_REQUIRE(op != nullptr, "send completion for an operation that was not posted");
-    ++self.send_room_;
+    ++send_room_;
     const bool last = op == done;
     std::error_code result = detail::kNoError;
     if (last && !ok)
       result =
           op->abandoned != Errc{} ? make_error_code(op->abandoned) : completion_error(wc.status);
-    else if (!last && self.failed_)
+    else if (!last && failed_)
       result = op->abandoned != Errc{} ? make_error_code(op->abandoned)
                                        : completion_error(IBV_WC_WR_FLUSH_ERR);
-    if (last && !ok) self.failed_ = true;
+    if (last && !ok) failed_ = true;
     if (last) op->byte_len = wc.byte_len;
-    self.finish(op, result);
+    finish(op, result);
     if (last) return;
   }
 }

@@ -117,5 +117,62 @@ TEST(PollMode, AFailedBatchFlushesEveryRequest) {
   EXPECT_EQ(pq.outstanding(), 0u);
 }
 
+// Requests posted on the QP behind the PollQueuePair's back fill the send queue, so the
+// device refuses a batch part-way: what it took still retires exactly, with the requests
+// after its last signalled one covered by the next batch's first signalled one.
+TEST(PollMode, ABatchRefusedPartWayStillRetiresWhatWasPosted) {
+  testing::LoopbackPair p;
+  Memory m(p.pd);
+  PollQueuePair pq(p.a, 3);
+  const uint32_t depth = p.a.caps().send_depth;
+  constexpr uint64_t kOutside = 1000;
+  ibv_sge sge = m.mr.local().first(8).sge();
+  ibv_send_wr outside{};
+  outside.wr_id = kOutside;
+  outside.sg_list = &sge;
+  outside.num_sge = 1;
+  outside.opcode = IBV_WR_RDMA_WRITE;
+  outside.send_flags = IBV_SEND_SIGNALED;
+  outside.wr.rdma = {m.mr.remote().last(8).address(), m.mr.rkey()};
+  uint32_t outside_posted = 0, outside_done = 0, retired = 0;
+  auto drain = [&](uint32_t retired_by_then) {  // and every outside request completed
+    while (outside_done < outside_posted || retired < retired_by_then) {
+      const ibv_wc wc = testing::LoopbackPair::wait_one(p.cq_a);
+      ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
+      if (wc.wr_id == kOutside)
+        ++outside_done;
+      else
+        retired += pq.retire(wc);
+    }
+  };
+  for (; outside_posted < depth - 5; ++outside_posted) ASSERT_FALSE(p.a.post_send(outside));
+
+  // Eight requests, every third signalled (and the last): the device takes five.
+  for (uint64_t i = 0; i < 8; ++i)
+    ASSERT_TRUE(pq.write(m.mr.local().first(8), m.mr.remote().subspan(4096, 8), i));
+  EXPECT_EQ(pq.post(), std::errc::not_enough_memory);
+  EXPECT_EQ(pq.queued(), 0u);
+  EXPECT_EQ(pq.outstanding(), 5u);
+  drain(3);
+  EXPECT_EQ(retired, 3u);  // the signalled third; the fourth and fifth wait for the next
+  EXPECT_EQ(pq.outstanding(), 2u);
+
+  // A batch refused whole keeps the run that is still uncovered.
+  while (outside_posted < 2 * depth && !p.a.post_send(outside)) ++outside_posted;
+  ASSERT_TRUE(pq.write(m.mr.local().first(8), m.mr.remote().subspan(4096, 8), 8));
+  EXPECT_EQ(pq.post(), std::errc::not_enough_memory);
+  EXPECT_EQ(pq.outstanding(), 2u);
+  drain(3);
+
+  ASSERT_TRUE(pq.write(m.mr.local().first(8), m.mr.remote().subspan(4096, 8), 9));
+  ASSERT_FALSE(pq.post());
+  const ibv_wc wc = testing::LoopbackPair::wait_one(p.cq_a);
+  ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc.wr_id, 9u);
+  EXPECT_EQ(pq.retire(wc), 3u);
+  EXPECT_EQ(pq.outstanding(), 0u);
+  EXPECT_FALSE(pq.failed());
+}
+
 }  // namespace
 }  // namespace rdmakit

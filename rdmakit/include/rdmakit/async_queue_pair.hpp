@@ -162,28 +162,38 @@ class AsyncQueuePair {
     op.sge = local.sge();
     if (local.size() == 0) op.wr.num_sge = 0;
     // Small payloads travel in the work request: no lkey lookup, the buffer is free at once.
-    if (local.size() <= qp_.caps().inline_size && op.wr.opcode != IBV_WR_RDMA_READ)
+    if (local.size() <= inline_size_ && op.wr.opcode != IBV_WR_RDMA_READ)
       op.wr.send_flags |= IBV_SEND_INLINE;
   }
-  void submit(detail::Operation* op) noexcept;
-  /// Posts `op` at once when the queue is idle; false leaves it to the poller's flush.
-  bool post_now(detail::Operation* op) noexcept;
+  // Submission posts an operation at once when nothing is queued before it and the queue
+  // has room (one doorbell per operation), and otherwise queues it for the poller's flush
+  // (one doorbell per round). The awaiter's type picks the overload.
+  void submit(detail::SendOperation* op) noexcept;
+  void submit(detail::RecvOperation* op) noexcept;
+  bool may_post_at_once(const detail::Operation* op) const noexcept;
+  void queue(List& pending, detail::Operation* op) noexcept;
+  /// Out of line: only operations with a timeout or a stop token are timed.
+  void start_timing(detail::Operation* op) noexcept;
+  void stop_timing(detail::Operation* op) noexcept;
   /// Posts what is pending and fits; returns work requests posted.
   unsigned flush() noexcept;
   unsigned flush_sends() noexcept;
   unsigned flush_recvs() noexcept;
   /// Cancellation and timeouts: finishes pending ones, abandons posted ones.
   void sweep(detail::Operation::Steady::time_point now) noexcept;
-  void abandon_posted(detail::Operation* op, Errc reason) noexcept;
   void fail_qp() noexcept;
 
   static void send_completed(detail::Operation* op, const ibv_wc& wc) noexcept;
+  /// A send completion that is not the oldest posted operation's own success: it retires
+  /// the unsignalled ones before it, or reports a failure.
+  void retire_sends_through(detail::Operation* done, const ibv_wc& wc) noexcept;
   static void recv_completed(detail::Operation* op, const ibv_wc& wc) noexcept;
   void finish(detail::Operation* op, std::error_code result) noexcept;
 
   Poller& poller_;
   QueuePair& qp_;
   ibv_qp* raw_;
+  uint32_t inline_size_;
   List pending_sends_, posted_sends_, pending_recvs_, posted_recvs_;
   uint32_t send_room_;
   uint32_t recv_room_;
