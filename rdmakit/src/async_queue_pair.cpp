@@ -254,7 +254,7 @@ void AsyncQueuePair::recv_completed(Operation* done, const ibv_wc& wc) noexcept 
         done->abandoned != Errc{} ? make_error_code(done->abandoned) : completion_error(wc.status);
   } else {
     done->byte_len = wc.byte_len;
-    if (wc.wc_flags & IBV_WC_WITH_IMM) done->imm = ntohl(wc.imm_data);
+    if (wc.wc_flags & IBV_WC_WITH_IMM) static_cast<RecvOperation*>(done)->imm = ntohl(wc.imm_data);
   }
   self.finish(done, result);
 }
@@ -263,7 +263,7 @@ void AsyncQueuePair::sweep(Operation::Steady::time_point now) noexcept {
   cancel_requested_.store(false, std::memory_order_relaxed);
   auto reason = [now](const Operation* op) -> Errc {
     if (op->cancel_requested.load(std::memory_order_acquire)) return Errc::canceled;
-    if (op->deadline <= now) return Errc::timed_out;
+    if (op->timeout.count() > 0 && op->deadline <= now) return Errc::timed_out;
     return Errc{};
   };
   // Not posted: the device never saw them, finish at once. Restart after each finish: the

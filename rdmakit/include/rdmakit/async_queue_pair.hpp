@@ -54,7 +54,7 @@ class AsyncQueuePair {
     /// `fill` sets up the work request of this very object (its address is final: awaiters
     /// are neither copied nor moved).
     template <typename Fill>
-    Awaiter(AsyncQueuePair* owner, OpOptions& options, Fill&& fill) noexcept {
+    Awaiter(AsyncQueuePair* owner, const OpOptions& options, Fill&& fill) noexcept {
       this->qp = owner;
       this->timeout = options.timeout;
       this->stop = options.stop;
@@ -88,29 +88,35 @@ class AsyncQueuePair {
   /// Destroying it with operations in flight is a programming error.
   ~AsyncQueuePair();
 
+  // Buffers are taken by reference: a co_await expression's arguments stay in the
+  // coroutine's frame until it resumes, so by value each operation would copy them there.
+
   /// RDMA WRITE of `local` into `remote`.
-  SendAwaiter write(LocalBuffer local, RemoteBuffer remote, OpOptions options = {}) noexcept;
+  SendAwaiter write(const LocalBuffer& local, const RemoteBuffer& remote,
+                    OpOptions options = {}) noexcept;
   /// RDMA READ of `remote` into `local`.
-  SendAwaiter read(LocalBuffer local, RemoteBuffer remote, OpOptions options = {}) noexcept;
+  SendAwaiter read(const LocalBuffer& local, const RemoteBuffer& remote,
+                   OpOptions options = {}) noexcept;
   /// SEND of `local` into the peer's next receive.
-  SendAwaiter send(LocalBuffer local, OpOptions options = {}) noexcept;
+  SendAwaiter send(const LocalBuffer& local, OpOptions options = {}) noexcept;
   /// SEND with a 32-bit immediate the peer's receive completion carries.
-  SendAwaiter send_with_imm(LocalBuffer local, uint32_t imm, OpOptions options = {}) noexcept;
+  SendAwaiter send_with_imm(const LocalBuffer& local, uint32_t imm,
+                            OpOptions options = {}) noexcept;
   /// RDMA WRITE that also consumes a peer receive, which carries `imm`.
-  SendAwaiter write_with_imm(LocalBuffer local, RemoteBuffer remote, uint32_t imm,
+  SendAwaiter write_with_imm(const LocalBuffer& local, const RemoteBuffer& remote, uint32_t imm,
                              OpOptions options = {}) noexcept;
   /// 8-byte atomics; the previous remote value lands in `result` (8 bytes) and is returned.
-  AtomicAwaiter compare_swap(LocalBuffer result, RemoteBuffer target, uint64_t expected,
-                             uint64_t desired, OpOptions options = {}) noexcept;
+  AtomicAwaiter compare_swap(const LocalBuffer& result, const RemoteBuffer& target,
+                             uint64_t expected, uint64_t desired, OpOptions options = {}) noexcept;
   /// Atomically adds `add` to the 8 bytes at `target`.
-  AtomicAwaiter fetch_add(LocalBuffer result, RemoteBuffer target, uint64_t add,
+  AtomicAwaiter fetch_add(const LocalBuffer& result, const RemoteBuffer& target, uint64_t add,
                           OpOptions options = {}) noexcept;
   /// A work request filled by the caller (any opcode, UD address included). Its scatter list
   /// must stay valid until the awaiter completes; wr_id, next and IBV_SEND_SIGNALED are ours.
   SendAwaiter post(const ibv_send_wr& wr, OpOptions options = {}) noexcept;
 
   /// A receive into `local`, completed by the peer's next SEND.
-  RecvAwaiter recv(LocalBuffer local, OpOptions options = {}) noexcept;
+  RecvAwaiter recv(const LocalBuffer& local, OpOptions options = {}) noexcept;
   /// A receive without buffer, for the immediate of an RDMA_WRITE_WITH_IMM.
   RecvAwaiter recv_imm(OpOptions options = {}) noexcept;
 
@@ -147,8 +153,7 @@ class AsyncQueuePair {
     op.wr.next = nullptr;
     op.wr.sg_list = &op.sge;
     op.wr.num_sge = 1;
-    op.wr.send_flags = 0;
-    op.wr.imm_data = 0;
+    op.wr.send_flags = 0;  // imm_data is set by the opcodes that carry one
   }
   static void init(detail::RecvOperation& op) noexcept {
     op.on_completion = &recv_completed;
@@ -156,11 +161,11 @@ class AsyncQueuePair {
     op.wr.num_sge = 1;
   }
   /// An RDMA WRITE or READ between `local` and `remote`.
-  SendAwaiter one_sided(ibv_wr_opcode opcode, LocalBuffer local, RemoteBuffer remote,
+  SendAwaiter one_sided(ibv_wr_opcode opcode, const LocalBuffer& local, const RemoteBuffer& remote,
                         OpOptions options) noexcept;
-  void set_local(detail::SendOperation& op, LocalBuffer local) const noexcept {
+  void set_local(detail::SendOperation& op, const LocalBuffer& local) const noexcept {
     op.sge = local.sge();
-    if (local.size() == 0) op.wr.num_sge = 0;
+    op.wr.num_sge = local.size() != 0 ? 1 : 0;
     // Small payloads travel in the work request: no lkey lookup, the buffer is free at once.
     if (local.size() <= inline_size_ && op.wr.opcode != IBV_WR_RDMA_READ)
       op.wr.send_flags |= IBV_SEND_INLINE;
@@ -210,7 +215,8 @@ class AsyncQueuePair {
 
 // The operations are inline: the awaiter is then built in place, in the caller's frame.
 inline AsyncQueuePair::SendAwaiter AsyncQueuePair::one_sided(ibv_wr_opcode opcode,
-                                                             LocalBuffer local, RemoteBuffer remote,
+                                                             const LocalBuffer& local,
+                                                             const RemoteBuffer& remote,
                                                              OpOptions options) noexcept {
   return {this, options, [&](detail::SendOperation& op) {
             op.wr.opcode = opcode;
@@ -219,17 +225,19 @@ inline AsyncQueuePair::SendAwaiter AsyncQueuePair::one_sided(ibv_wr_opcode opcod
           }};
 }
 
-inline AsyncQueuePair::SendAwaiter AsyncQueuePair::write(LocalBuffer local, RemoteBuffer remote,
+inline AsyncQueuePair::SendAwaiter AsyncQueuePair::write(const LocalBuffer& local,
+                                                         const RemoteBuffer& remote,
                                                          OpOptions options) noexcept {
   return one_sided(IBV_WR_RDMA_WRITE, local, remote, options);
 }
 
-inline AsyncQueuePair::SendAwaiter AsyncQueuePair::read(LocalBuffer local, RemoteBuffer remote,
+inline AsyncQueuePair::SendAwaiter AsyncQueuePair::read(const LocalBuffer& local,
+                                                        const RemoteBuffer& remote,
                                                         OpOptions options) noexcept {
   return one_sided(IBV_WR_RDMA_READ, local, remote, options);
 }
 
-inline AsyncQueuePair::SendAwaiter AsyncQueuePair::send(LocalBuffer local,
+inline AsyncQueuePair::SendAwaiter AsyncQueuePair::send(const LocalBuffer& local,
                                                         OpOptions options) noexcept {
   return {this, options, [&](detail::SendOperation& op) {
             op.wr.opcode = IBV_WR_SEND;
@@ -237,7 +245,8 @@ inline AsyncQueuePair::SendAwaiter AsyncQueuePair::send(LocalBuffer local,
           }};
 }
 
-inline AsyncQueuePair::SendAwaiter AsyncQueuePair::send_with_imm(LocalBuffer local, uint32_t imm,
+inline AsyncQueuePair::SendAwaiter AsyncQueuePair::send_with_imm(const LocalBuffer& local,
+                                                                 uint32_t imm,
                                                                  OpOptions options) noexcept {
   return {this, options, [&](detail::SendOperation& op) {
             op.wr.opcode = IBV_WR_SEND_WITH_IMM;
@@ -246,8 +255,9 @@ inline AsyncQueuePair::SendAwaiter AsyncQueuePair::send_with_imm(LocalBuffer loc
           }};
 }
 
-inline AsyncQueuePair::SendAwaiter AsyncQueuePair::write_with_imm(LocalBuffer local,
-                                                                  RemoteBuffer remote, uint32_t imm,
+inline AsyncQueuePair::SendAwaiter AsyncQueuePair::write_with_imm(const LocalBuffer& local,
+                                                                  const RemoteBuffer& remote,
+                                                                  uint32_t imm,
                                                                   OpOptions options) noexcept {
   return {this, options, [&](detail::SendOperation& op) {
             op.wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
@@ -257,8 +267,8 @@ inline AsyncQueuePair::SendAwaiter AsyncQueuePair::write_with_imm(LocalBuffer lo
           }};
 }
 
-inline AsyncQueuePair::AtomicAwaiter AsyncQueuePair::compare_swap(LocalBuffer result,
-                                                                  RemoteBuffer target,
+inline AsyncQueuePair::AtomicAwaiter AsyncQueuePair::compare_swap(const LocalBuffer& result,
+                                                                  const RemoteBuffer& target,
                                                                   uint64_t expected,
                                                                   uint64_t desired,
                                                                   OpOptions options) noexcept {
@@ -271,8 +281,9 @@ inline AsyncQueuePair::AtomicAwaiter AsyncQueuePair::compare_swap(LocalBuffer re
           }};
 }
 
-inline AsyncQueuePair::AtomicAwaiter AsyncQueuePair::fetch_add(LocalBuffer result,
-                                                               RemoteBuffer target, uint64_t add,
+inline AsyncQueuePair::AtomicAwaiter AsyncQueuePair::fetch_add(const LocalBuffer& result,
+                                                               const RemoteBuffer& target,
+                                                               uint64_t add,
                                                                OpOptions options) noexcept {
   RDMAKIT_REQUIRE(result.size() == 8 && target.size() == 8,
                   "fetch_add needs 8-byte local and remote buffers");
@@ -291,7 +302,7 @@ inline AsyncQueuePair::SendAwaiter AsyncQueuePair::post(const ibv_send_wr& wr,
           }};
 }
 
-inline AsyncQueuePair::RecvAwaiter AsyncQueuePair::recv(LocalBuffer local,
+inline AsyncQueuePair::RecvAwaiter AsyncQueuePair::recv(const LocalBuffer& local,
                                                         OpOptions options) noexcept {
   return {this, options, [&](detail::RecvOperation& op) {
             op.sge = local.sge();

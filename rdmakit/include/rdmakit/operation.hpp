@@ -42,7 +42,6 @@ inline const std::error_code kNoError{};
 
 struct Operation {
   using Steady = std::chrono::steady_clock;
-  static constexpr Steady::time_point kNoDeadline = Steady::time_point::max();
 
   void (*on_completion)(Operation* self, const ibv_wc& wc) noexcept = nullptr;
   AsyncQueuePair* qp = nullptr;
@@ -50,8 +49,7 @@ struct Operation {
   std::coroutine_handle<> waiter;
   std::error_code result = kNoError;
   uint32_t byte_len = 0;
-  std::optional<uint32_t> imm;
-  Steady::time_point deadline = kNoDeadline;
+  Steady::time_point deadline;  ///< set when submitted with a timeout, read only then
   std::atomic<bool> cancel_requested{false};
   Errc abandoned{};    ///< set when the poller gave up on it (timed_out or canceled)
   bool timed = false;  ///< has a timeout or a stop token: counted by its QP and poller
@@ -97,6 +95,7 @@ struct SendOperation : Operation {
 struct RecvOperation : Operation {
   ibv_recv_wr wr{};
   ibv_sge sge{};
+  std::optional<uint32_t> imm;
 };
 
 }  // namespace detail
