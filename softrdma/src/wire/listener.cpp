@@ -79,7 +79,7 @@ class ResponderLoop {
   }
 
   /// Serves the inbound connections an application's poll found readable, in its thread,
-  /// unless the loop's thread is at it. True if there was something.
+  /// unless the loop's thread is at it (then false: it serves them).
   bool serve_arrived(const Arrivals& arrived) {
     std::unique_lock lock(serving_, std::try_to_lock);
     if (!lock) return false;
@@ -237,17 +237,19 @@ class ResponderLoop {
       drop(it);
       return;
     }
-    if (c.holds_acks() && std::find(holding_.begin(), holding_.end(), fd) == holding_.end()) {
-      holding_.push_back(fd);
-      count_waiting_answers();
-    }
+    if (c.holds_acks()) list_once(holding_, fd);
     if (!answer_now && c.wants_write()) {
-      if (std::find(deferred_.begin(), deferred_.end(), fd) == deferred_.end())
-        deferred_.push_back(fd);
-      count_waiting_answers();
+      list_once(deferred_, fd);
       return;  // watched as it was until the answers go out
     }
     rewatch(it);
+  }
+
+  // Adds `fd` to a list of connections with answers waiting, unless it is there already.
+  void list_once(std::vector<int>& list, int fd) {
+    if (std::find(list.begin(), list.end(), fd) != list.end()) return;
+    list.push_back(fd);
+    count_waiting_answers();
   }
 
   // Read while answers can go out; wait for the socket while they cannot.
