@@ -1,9 +1,17 @@
 // The device, its port and its GID table.
 #include <arpa/inet.h>
+#include <infiniband/sa.h>
+#include <rdma/ib_user_sa.h>
 
 #include <vector>
 
 #include "verbs_fixture.hpp"
+
+// rdma-core declares these in <infiniband/marshall.h>, which Debian does not ship.
+extern "C" {
+void ibv_copy_path_rec_from_kern(ibv_sa_path_rec* dst, ib_user_path_rec* src);
+void ibv_copy_path_rec_to_kern(ib_user_path_rec* dst, ibv_sa_path_rec* src);
+}
 
 namespace softrdma_test {
 namespace {
@@ -140,6 +148,42 @@ TEST_F(DeviceTest, OpensSeveralContexts) {
   ibv_gid g{};
   ASSERT_EQ(ibv_query_gid(second.get(), kPort, 0, &g), 0);
   EXPECT_EQ(std::memcmp(g.raw, gid0().raw, 16), 0);
+}
+
+// ibv_copy_path_rec_to_kern / _from_kern: every field of a path record survives the
+// kernel's layout and back, GIDs and the fields whose integer types differ included.
+TEST(PathRecord, EveryFieldSurvivesTheKernelLayoutBothWays) {
+  ibv_sa_path_rec rec{};
+  for (uint8_t i = 0; i < 16; ++i) {
+    rec.dgid.raw[i] = static_cast<uint8_t>(0x10 + i);
+    rec.sgid.raw[i] = static_cast<uint8_t>(0x80 + i);
+  }
+  rec.dlid = htons(0x1234);
+  rec.slid = htons(0x5678);
+  rec.raw_traffic = 1;
+  rec.flow_label = htonl(0xABCDE);
+  rec.reversible = 1;
+  rec.mtu = IBV_MTU_4096;
+  rec.pkey = htons(0xFFFF);
+  rec.hop_limit = 64;
+  rec.traffic_class = 0x2E;
+  rec.numb_path = 1;
+  rec.sl = 5;
+  rec.mtu_selector = 2;
+  rec.rate_selector = 2;
+  rec.rate = 7;
+  rec.packet_life_time_selector = 2;
+  rec.packet_life_time = 18;
+  rec.preference = 3;
+  ib_user_path_rec kern{};
+  ibv_copy_path_rec_to_kern(&kern, &rec);
+  EXPECT_EQ(std::memcmp(kern.dgid, rec.dgid.raw, 16), 0);
+  EXPECT_EQ(kern.dlid, rec.dlid);
+  EXPECT_EQ(kern.mtu, IBV_MTU_4096);
+  EXPECT_EQ(kern.packet_life_time, 18);
+  ibv_sa_path_rec back{};
+  ibv_copy_path_rec_from_kern(&back, &kern);
+  EXPECT_EQ(std::memcmp(&back, &rec, sizeof rec), 0);
 }
 
 }  // namespace

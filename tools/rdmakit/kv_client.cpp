@@ -17,6 +17,7 @@
 #include "rdmakit/rpc/client.hpp"
 #include "rdmakit/task.hpp"
 #include "rdmakit/tcp_connection.hpp"
+#include "rpc_connect.hpp"
 
 namespace rdmakit::tool::kv {
 namespace {
@@ -37,19 +38,6 @@ rpc::Options client_options(uint32_t depth, uint32_t value_capacity, rpc::Mode m
       static_cast<uint32_t>(std::bit_ceil(std::clamp<uint64_t>(want, 256u << 10, 1u << 30)));
   o.default_timeout = kCallTimeout;
   return o;
-}
-
-// The server may still be starting.
-rpc::Client connect_retrying(const std::string& url, const rpc::Options& options) {
-  const auto give_up = std::chrono::steady_clock::now() + 5s;
-  for (;;) {
-    std::error_code error;
-    if (std::optional<rpc::Client> c = rpc::Client::connect(url, options, error))
-      return std::move(*c);
-    if (error != rpc::Errc::not_listening || std::chrono::steady_clock::now() > give_up)
-      throw std::runtime_error("connect " + url + ": " + error.message());
-    std::this_thread::sleep_for(10ms);
-  }
 }
 
 // The RDMA side of a --one-sided client: its own device resources, one RC connection to the

@@ -15,6 +15,7 @@
 #include "rdmakit/rpc/server.hpp"
 #include "rpc_bench.hpp"
 #include "rpc_bench_report.hpp"
+#include "rpc_connect.hpp"
 
 namespace rdmakit::tool {
 namespace {
@@ -107,19 +108,6 @@ void start_servers(const RpcBenchOptions& o, uint64_t response, Servers& servers
         [&servers, blocking = o.mode == rpc::Mode::blocking, s = std::move(server)]() mutable {
           serve_one(s, servers.stop, blocking);
         });
-  }
-}
-
-// The first session waits for the server to listen (it may be starting too).
-rpc::Client connect_retrying(const std::string& url, const rpc::Options& options) {
-  const auto give_up = std::chrono::steady_clock::now() + 5s;
-  for (;;) {
-    std::error_code error;
-    if (std::optional<rpc::Client> c = rpc::Client::connect(url, options, error))
-      return std::move(*c);
-    if (error != rpc::Errc::not_listening || std::chrono::steady_clock::now() > give_up)
-      throw std::runtime_error("connect " + url + ": " + error.message());
-    std::this_thread::sleep_for(10ms);
   }
 }
 

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <type_traits>
 
 #include "common/export.hpp"
 #include "verbs/objects.hpp"
@@ -224,47 +225,43 @@ SOFTRDMA_EXPORT void ibv_copy_qp_attr_from_kern(ibv_qp_attr* dst, const ib_uverb
   dst->alt_timeout = src->alt_timeout;
 }
 
+namespace {
+
+// A path record's fields beside its GIDs, the same in the verbs and the kernel layouts but
+// for the integer types of a few, in either direction.
+template <typename To, typename From>
+void copy_path_fields(To* dst, const From* src) {
+  auto set = [](auto& to, const auto& from) { to = static_cast<std::decay_t<decltype(to)>>(from); };
+  set(dst->dlid, src->dlid);
+  set(dst->slid, src->slid);
+  set(dst->raw_traffic, src->raw_traffic);
+  set(dst->flow_label, src->flow_label);
+  set(dst->reversible, src->reversible);
+  set(dst->mtu, src->mtu);
+  set(dst->pkey, src->pkey);
+  set(dst->hop_limit, src->hop_limit);
+  set(dst->traffic_class, src->traffic_class);
+  set(dst->numb_path, src->numb_path);
+  set(dst->sl, src->sl);
+  set(dst->mtu_selector, src->mtu_selector);
+  set(dst->rate_selector, src->rate_selector);
+  set(dst->rate, src->rate);
+  set(dst->packet_life_time_selector, src->packet_life_time_selector);
+  set(dst->packet_life_time, src->packet_life_time);
+  set(dst->preference, src->preference);
+}
+
+}  // namespace
+
 SOFTRDMA_EXPORT void ibv_copy_path_rec_from_kern(ibv_sa_path_rec* dst,
                                                  const ib_user_path_rec* src) {
   std::memcpy(dst->dgid.raw, src->dgid, 16);
   std::memcpy(dst->sgid.raw, src->sgid, 16);
-  dst->dlid = src->dlid;
-  dst->slid = src->slid;
-  dst->raw_traffic = static_cast<int>(src->raw_traffic);
-  dst->flow_label = src->flow_label;
-  dst->reversible = static_cast<int>(src->reversible);
-  dst->mtu = static_cast<uint8_t>(src->mtu);
-  dst->pkey = src->pkey;
-  dst->hop_limit = src->hop_limit;
-  dst->traffic_class = src->traffic_class;
-  dst->numb_path = src->numb_path;
-  dst->sl = src->sl;
-  dst->mtu_selector = src->mtu_selector;
-  dst->rate_selector = src->rate_selector;
-  dst->rate = src->rate;
-  dst->packet_life_time_selector = src->packet_life_time_selector;
-  dst->packet_life_time = src->packet_life_time;
-  dst->preference = src->preference;
+  copy_path_fields(dst, src);
 }
 
 SOFTRDMA_EXPORT void ibv_copy_path_rec_to_kern(ib_user_path_rec* dst, const ibv_sa_path_rec* src) {
   std::memcpy(dst->dgid, src->dgid.raw, 16);
   std::memcpy(dst->sgid, src->sgid.raw, 16);
-  dst->dlid = src->dlid;
-  dst->slid = src->slid;
-  dst->raw_traffic = static_cast<uint32_t>(src->raw_traffic);
-  dst->flow_label = src->flow_label;
-  dst->reversible = static_cast<uint32_t>(src->reversible);
-  dst->mtu = src->mtu;
-  dst->pkey = src->pkey;
-  dst->hop_limit = src->hop_limit;
-  dst->traffic_class = src->traffic_class;
-  dst->numb_path = src->numb_path;
-  dst->sl = src->sl;
-  dst->mtu_selector = src->mtu_selector;
-  dst->rate_selector = src->rate_selector;
-  dst->rate = src->rate;
-  dst->packet_life_time_selector = src->packet_life_time_selector;
-  dst->packet_life_time = src->packet_life_time;
-  dst->preference = src->preference;
+  copy_path_fields(dst, src);
 }
