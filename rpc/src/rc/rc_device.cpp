@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/slot_receives.hpp"
 #include "rdmakit/error.hpp"
 
 namespace rdmakit::rpc::detail::rc {
@@ -58,25 +59,9 @@ ConnectionOptions RcDevice::connection_options(uint32_t send_depth) const {
 }
 
 void RcDevice::post_receives(std::span<const uint32_t> slots) {
-  constexpr size_t kBatch = 64;
-  std::array<ibv_recv_wr, kBatch> wrs{};
-  std::array<ibv_sge, kBatch> sges{};
-  for (size_t done = 0; done < slots.size();) {
-    const size_t n = std::min(kBatch, slots.size() - done);
-    for (size_t i = 0; i < n; ++i) {
-      const uint32_t slot = slots[done + i];
-      sges[i] = {reinterpret_cast<uintptr_t>(receive_slots_.data() + slot * kReceiveSlotBytes),
-                 static_cast<uint32_t>(kReceiveSlotBytes), receive_slots_.local().lkey()};
-      wrs[i] = {};
-      wrs[i].wr_id = kReceiveTag | slot;
-      wrs[i].sg_list = &sges[i];
-      wrs[i].num_sge = 1;
-      wrs[i].next = i + 1 < n ? &wrs[i + 1] : nullptr;
-    }
-    // A failure here leaves fewer receives: peers then wait (RNR) rather than lose data.
-    (void)srq_->post_recv(wrs[0]);
-    done += n;
-  }
+  // A failure here leaves fewer receives: peers then wait (RNR) rather than lose data.
+  post_slot_receives(slots, receive_slots_, static_cast<uint32_t>(kReceiveSlotBytes), kReceiveTag,
+                     [&](ibv_recv_wr& first) { (void)srq_->post_recv(first); });
 }
 
 void RcDevice::attach(uint32_t qpn, Client* client) {

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/slot_receives.hpp"
 #include "rdmakit/error.hpp"
 #include "rdmakit/rpc/status.hpp"
 
@@ -153,24 +154,9 @@ bool UdDevice::send(const AddressHandle& to, std::span<const std::byte> packet, 
 }
 
 void UdDevice::post_receives(std::span<const uint32_t> slots) {
-  constexpr size_t kBatch = 64;
-  std::array<ibv_recv_wr, kBatch> wrs{};
-  std::array<ibv_sge, kBatch> sges{};
-  for (size_t done = 0; done < slots.size();) {
-    const size_t n = std::min(kBatch, slots.size() - done);
-    for (size_t i = 0; i < n; ++i) {
-      const uint32_t slot = slots[done + i];
-      sges[i] = {reinterpret_cast<uintptr_t>(receive_slots_.data() + size_t{slot} * slot_bytes_),
-                 slot_bytes_, receive_slots_.local().lkey()};
-      wrs[i] = {};
-      wrs[i].wr_id = kReceiveTag | slot;
-      wrs[i].sg_list = &sges[i];
-      wrs[i].num_sge = 1;
-      wrs[i].next = i + 1 < n ? &wrs[i + 1] : nullptr;
-    }
-    (void)qp_.post_recv(wrs[0]);  // fewer receives: datagrams are lost, and retransmitted
-    done += n;
-  }
+  // Fewer receives: datagrams are lost, and retransmitted.
+  post_slot_receives(slots, receive_slots_, slot_bytes_, kReceiveTag,
+                     [&](ibv_recv_wr& first) { (void)qp_.post_recv(first); });
 }
 
 void UdDevice::repost(uint32_t slot) {
