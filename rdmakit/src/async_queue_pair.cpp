@@ -89,38 +89,44 @@ inline bool AsyncQueuePair::may_post_at_once(const Operation* op) const noexcept
          !(op->timed && op->cancel_requested.load(std::memory_order_acquire));
 }
 
-void AsyncQueuePair::submit(SendOperation* op) noexcept {
+inline int AsyncQueuePair::post_alone(SendOperation& op) noexcept {
+  op.wr.send_flags |= IBV_SEND_SIGNALED;  // alone, so it retires itself
+  ibv_send_wr* bad = nullptr;
+  return ibv_post_send(raw_, &op.wr, &bad);
+}
+
+inline int AsyncQueuePair::post_alone(RecvOperation& op) noexcept {
+  op.wr.next = nullptr;
+  ibv_recv_wr* bad = nullptr;
+  return ibv_post_recv(raw_, &op.wr, &bad);
+}
+
+template <typename Op>
+inline void AsyncQueuePair::submit_to(Op* op, List AsyncQueuePair::*posted,
+                                      List AsyncQueuePair::*pending,
+                                      uint32_t AsyncQueuePair::*room) noexcept {
   ++in_flight_;
   if (op->timeout.count() > 0 || op->stop) [[unlikely]]
     start_timing(op);
-  if (may_post_at_once(op) && !posted_sends_.head && send_room_ != 0) {
+  if (may_post_at_once(op) && !(this->*posted).head && this->*room != 0) {
     op->wr.wr_id = reinterpret_cast<uintptr_t>(static_cast<Operation*>(op));
-    op->wr.send_flags |= IBV_SEND_SIGNALED;  // alone, so it retires itself
-    ibv_send_wr* bad = nullptr;
-    if (ibv_post_send(raw_, &op->wr, &bad) == 0) [[likely]] {
-      --send_room_;
-      posted_sends_.push(op);
+    if (post_alone(*op) == 0) [[likely]] {
+      --(this->*room);
+      (this->*posted).push(op);
       return;
     }
   }
-  queue(pending_sends_, op);  // a failed post fails again in flush, finishing it
+  queue(this->*pending, op);  // a failed post fails again in flush, finishing it
+}
+
+void AsyncQueuePair::submit(SendOperation* op) noexcept {
+  submit_to(op, &AsyncQueuePair::posted_sends_, &AsyncQueuePair::pending_sends_,
+            &AsyncQueuePair::send_room_);
 }
 
 void AsyncQueuePair::submit(RecvOperation* op) noexcept {
-  ++in_flight_;
-  if (op->timeout.count() > 0 || op->stop) [[unlikely]]
-    start_timing(op);
-  if (may_post_at_once(op) && !posted_recvs_.head && recv_room_ != 0) {
-    op->wr.wr_id = reinterpret_cast<uintptr_t>(static_cast<Operation*>(op));
-    op->wr.next = nullptr;
-    ibv_recv_wr* bad = nullptr;
-    if (ibv_post_recv(raw_, &op->wr, &bad) == 0) [[likely]] {
-      --recv_room_;
-      posted_recvs_.push(op);
-      return;
-    }
-  }
-  queue(pending_recvs_, op);
+  submit_to(op, &AsyncQueuePair::posted_recvs_, &AsyncQueuePair::pending_recvs_,
+            &AsyncQueuePair::recv_room_);
 }
 
 void AsyncQueuePair::queue(List& pending, Operation* op) noexcept {

@@ -175,7 +175,15 @@ class AsyncQueuePair {
   // (one doorbell per round). The awaiter's type picks the overload.
   void submit(detail::SendOperation* op) noexcept;
   void submit(detail::RecvOperation* op) noexcept;
+  /// Either of them, given that queue's lists and room (members: the compiler then sees
+  /// they do not alias the operation).
+  template <typename Op>
+  void submit_to(Op* op, List AsyncQueuePair::*posted, List AsyncQueuePair::*pending,
+                 uint32_t AsyncQueuePair::*room) noexcept;
   bool may_post_at_once(const detail::Operation* op) const noexcept;
+  /// One work request on its own; 0 or the verbs error.
+  int post_alone(detail::SendOperation& op) noexcept;
+  int post_alone(detail::RecvOperation& op) noexcept;
   void queue(List& pending, detail::Operation* op) noexcept;
   /// Out of line: only operations with a timeout or a stop token are timed.
   void start_timing(detail::Operation* op) noexcept;
