@@ -2,6 +2,7 @@
 // (network namespaces joined by veth): the TCP transport.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -129,9 +130,16 @@ class HeldAcksTwoHosts : public ::testing::Test {
   void SetUp() override {
     if (!hosts_.ok()) GTEST_SKIP() << "no network namespaces here: " << hosts_.reason();
   }
-  rdmakit::testing::PairOutput run(const std::string& program) {
-    return rdmakit::testing::run_pair(same_program("pair", program), Placement::kTwoHosts, &hosts_,
-                                      {"SOFTRDMA_DEBUG=1"});
+  struct Side {
+    HeldAckTotals totals;
+    std::string output;
+  };
+  // Runs `program` as server and client on the two hosts: each side's totals and output.
+  std::array<Side, 2> run(const std::string& program) {
+    const auto out = rdmakit::testing::run_pair(same_program("pair", program), Placement::kTwoHosts,
+                                                &hosts_, {"SOFTRDMA_DEBUG=1"});
+    return {Side{held_ack_totals(out.server), out.server},
+            Side{held_ack_totals(out.client), out.client}};
   }
   TwoHosts hosts_;
 };
@@ -142,23 +150,19 @@ class HeldAcksTwoHosts : public ::testing::Test {
 // trip. Some go alone all the same when the answer is late (a side that was not scheduled
 // for a while on a loaded machine), but most ride.
 TEST_F(HeldAcksTwoHosts, AWritePingPongCarriesItsAcknowledgementsBack) {
-  const auto out = run("ib_write_lat -n 2000");
-  for (const std::string* side : {&out.server, &out.client}) {
-    const HeldAckTotals t = held_ack_totals(*side);
-    EXPECT_GE(t.carried, 1000) << *side;
-    EXPECT_GE(t.sent, 0) << *side;
-    EXPECT_LT(t.sent, t.carried) << *side;
+  for (const Side& side : run("ib_write_lat -n 2000")) {
+    EXPECT_GE(side.totals.carried, 1000) << side.output;
+    EXPECT_GE(side.totals.sent, 0) << side.output;
+    EXPECT_LT(side.totals.sent, side.totals.carried) << side.output;
   }
 }
 
 // One-way traffic has no request to carry an ACK: none is held back, every one goes at once
 // (a requester waiting for it is not kept waiting).
 TEST_F(HeldAcksTwoHosts, OneWayTrafficHoldsNoAcknowledgementBack) {
-  const auto out = run("ib_write_bw -n 2000");
-  for (const std::string* side : {&out.server, &out.client}) {
-    const HeldAckTotals t = held_ack_totals(*side);
-    EXPECT_EQ(t.carried, 0) << *side;
-    EXPECT_EQ(t.sent, 0) << *side;
+  for (const Side& side : run("ib_write_bw -n 2000")) {
+    EXPECT_EQ(side.totals.carried, 0) << side.output;
+    EXPECT_EQ(side.totals.sent, 0) << side.output;
   }
 }
 
