@@ -23,6 +23,7 @@ namespace {
 using softrdma::BiasedLock;
 using softrdma::ProcessLock;
 using softrdma::ProcessLockGuard;
+using softrdma::SharedBiasedLock;
 
 // A forked child is killed by then whatever happens; the parent reaps it.
 constexpr unsigned kChildAlarmSeconds = 20;
@@ -34,16 +35,9 @@ struct Shared {
   uint64_t overlaps;  // times a thread found another inside
 };
 
-class ProcessLockTest : public ::testing::Test {
+// Tests whose critical sections are shared with forked children.
+class ForkingTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    void* p =
-        mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    ASSERT_NE(p, MAP_FAILED);
-    shared_ = static_cast<Shared*>(p);  // zero-filled: an unlocked lock
-  }
-  void TearDown() override { munmap(shared_, sizeof(Shared)); }
-
   // Forks a child running `body`, which returns its exit status.
   template <class Body>
   pid_t Fork(Body body) {
@@ -59,6 +53,17 @@ class ProcessLockTest : public ::testing::Test {
     if (waitpid(pid, &status, 0) != pid) return -1;
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   }
+};
+
+class ProcessLockTest : public ForkingTest {
+ protected:
+  void SetUp() override {
+    void* p =
+        mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(p, MAP_FAILED);
+    shared_ = static_cast<Shared*>(p);  // zero-filled: an unlocked lock
+  }
+  void TearDown() override { munmap(shared_, sizeof(Shared)); }
 
   // `threads` threads each take the lock `rounds` times.
   void Hammer(int threads, uint64_t rounds) {
@@ -185,6 +190,81 @@ TEST(BiasedLockTest, AnotherThreadWaitsUntilTheOwnerLeaves) {
   // Revoked: the former owner now takes the shared lock, and still excludes the other.
   BiasedLock::Guard again(lock);
   EXPECT_TRUE(other_inside.load());
+}
+
+// A BiasedLock in shared memory, biased to a thread of one process while threads of another
+// process come later and revoke it: receive queues and CQs are taken this way by the peer
+// that delivers into them.
+struct SharedBiased {
+  SharedBiasedLock lock;
+  Guarded guarded;
+  std::atomic<uint32_t> owner_started;
+};
+
+class SharedBiasedLockTest : public ForkingTest {
+ protected:
+  void SetUp() override {
+    void* p = mmap(nullptr, sizeof(SharedBiased), PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(p, MAP_FAILED);
+    biased_ = static_cast<SharedBiased*>(p);  // zero-filled: free, no owner yet
+  }
+  void TearDown() override { munmap(biased_, sizeof(SharedBiased)); }
+  SharedBiased* biased_ = nullptr;
+};
+
+TEST_F(SharedBiasedLockTest, ThreadsOfAnotherProcessRevokeItAndLoseNoUpdate) {
+  constexpr uint64_t kRounds = 200000;
+  const pid_t owner = Fork([this] {
+    for (uint64_t i = 0; i < kRounds; ++i) {
+      SharedBiasedLock::Guard hold(biased_->lock);
+      biased_->guarded.enter_and_leave();
+      biased_->owner_started.store(1, std::memory_order_relaxed);
+    }
+    return 0;
+  });
+  while (!biased_->owner_started.load(std::memory_order_relaxed)) std::this_thread::yield();
+  std::vector<std::thread> others;
+  for (int t = 0; t < 2; ++t)
+    others.emplace_back([this] {
+      for (uint64_t i = 0; i < kRounds; ++i) {
+        SharedBiasedLock::Guard hold(biased_->lock);
+        biased_->guarded.enter_and_leave();
+      }
+    });
+  for (std::thread& t : others) t.join();
+  EXPECT_EQ(ExitStatus(owner), 0);
+  EXPECT_EQ(biased_->guarded.counter, 3 * kRounds);
+  EXPECT_EQ(biased_->guarded.overlaps, 0);
+}
+
+TEST_F(SharedBiasedLockTest, AThreadOfAnotherProcessAtTheSameAddressIsNotTheOwner) {
+  // A forked child's thread has its parent's thread control block address: only the pid
+  // tells them apart.
+  const bool as_owner = biased_->lock.lock();
+  ASSERT_EQ(as_owner, softrdma::light_fences());
+  const pid_t child = Fork([this] {
+    SharedBiasedLock::Guard hold(biased_->lock);  // waits for the parent, then revokes
+    biased_->guarded.enter_and_leave();
+    return 0;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  EXPECT_EQ(biased_->guarded.counter, 0u) << "the child entered while the owner was inside";
+  biased_->lock.unlock(as_owner);
+  EXPECT_EQ(ExitStatus(child), 0);
+  EXPECT_EQ(biased_->guarded.counter, 1u);
+}
+
+TEST_F(SharedBiasedLockTest, AnOwnerThatDiedInsideDoesNotHoldUpTheOthers) {
+  if (!softrdma::light_fences()) GTEST_SKIP() << "no owners without membarrier";
+  const pid_t owner = Fork([this] {
+    const bool as_owner = biased_->lock.lock();
+    return as_owner ? 0 : 1;  // exits inside, as a process killed there would
+  });
+  ASSERT_EQ(ExitStatus(owner), 0) << "the child did not become the owner";
+  SharedBiasedLock::Guard hold(biased_->lock);  // would wait forever for a dead owner to leave
+  biased_->guarded.enter_and_leave();
+  EXPECT_EQ(biased_->guarded.counter, 1u);
 }
 
 }  // namespace

@@ -93,6 +93,16 @@ class SendStreamTest : public MultiProcessFixture {
     for (uint64_t i = 0; i < kSlots; ++i) ASSERT_NO_FATAL_FAILURE(PostReceive(i));
   }
 
+  /// Takes the first `count` messages, each successfully, posting a receive for each.
+  void ReceiveAndRepost(uint64_t count) {
+    for (uint64_t seq = 0; seq < count; ++seq) {
+      ibv_wc wc{};
+      ASSERT_TRUE(poll_wc(cq_, Millis{5000}, &wc)) << "message " << seq << " never arrived";
+      ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status) << " at " << seq;
+      ASSERT_NO_FATAL_FAILURE(PostReceive(seq + kSlots));
+    }
+  }
+
   void PostReceive(uint64_t wr_id) {
     ASSERT_EQ(post_recv(qp_, wr_id, {receives_.sge(wr_id % kSlots * kSlot, kSlot)}), 0);
   }
@@ -133,12 +143,7 @@ TEST_F(SendStreamTest, EveryMessageLandsOnceInOrderInItsReceiveWhileTheQueueRuns
 TEST_F(SendStreamTest, AReceiveRegionDeregisteredMidStreamTakesNothingMore) {
   constexpr uint64_t kBeforeDereg = 2000;
   ASSERT_NO_FATAL_FAILURE(StartStream(UINT64_MAX));
-  for (uint64_t seq = 0; seq < kBeforeDereg; ++seq) {
-    ibv_wc wc{};
-    ASSERT_TRUE(poll_wc(cq_, Millis{5000}, &wc)) << "message " << seq << " never arrived";
-    ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status) << " at " << seq;
-    ASSERT_NO_FATAL_FAILURE(PostReceive(seq + kSlots));
-  }
+  ASSERT_NO_FATAL_FAILURE(ReceiveAndRepost(kBeforeDereg));
   // The child is still sending; the receives posted stay, naming the region's dead key, and
   // one more is posted (the child may have filled all the others already). The queue holds
   // kSlots: it is full, and the post says ENOMEM, if the child has taken none since the last
@@ -168,6 +173,39 @@ TEST_F(SendStreamTest, AReceiveRegionDeregisteredMidStreamTakesNothingMore) {
   EXPECT_TRUE(std::all_of(failed + 1, statuses.end(),
                           [](ibv_wc_status s) { return s == IBV_WC_WR_FLUSH_ERR; }));
   EXPECT_EQ(qp_state(qp_), IBV_QPS_ERR);
+}
+
+// The child's SENDs take this receive queue as the thread its lock is biased to; the flush
+// of a QP moved to ERROR takes it from another process, revoking that bias while SENDs
+// arrive. Every receive posted completes exactly once, in posting order: the ones the
+// stream reached first successfully, with their own message, the rest flushed.
+TEST_F(SendStreamTest, AFlushMidStreamCompletesEveryReceiveOnce) {
+  constexpr uint64_t kBeforeFlush = 2000;
+  ASSERT_NO_FATAL_FAILURE(StartStream(UINT64_MAX));
+  ASSERT_NO_FATAL_FAILURE(ReceiveAndRepost(kBeforeFlush));
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_ERR;
+  ASSERT_EQ(ibv_modify_qp(qp_, &attr, IBV_QP_STATE), 0);
+
+  std::vector<ibv_wc> rest;
+  for (ibv_wc wc{}; poll_wc(cq_, kQuiet, &wc);) rest.push_back(wc);
+  ASSERT_EQ(rest.size(), kSlots) << "a receive was lost or completed twice";
+  size_t delivered = 0;
+  while (delivered < rest.size() && rest[delivered].status == IBV_WC_SUCCESS) ++delivered;
+  for (size_t i = 0; i < rest.size(); ++i) {
+    const uint64_t seq = kBeforeFlush + i;
+    EXPECT_EQ(rest[i].wr_id, seq) << "receives complete in the order they were posted";
+    if (i < delivered) {
+      EXPECT_TRUE(holds_message(receives_.data() + seq % kSlots * kSlot, seq)) << "message " << seq;
+    } else {
+      EXPECT_EQ(rest[i].status, IBV_WC_WR_FLUSH_ERR) << "at " << seq;
+    }
+  }
+  uint32_t status = 0;
+  ASSERT_TRUE(link_.receive(&status, Millis{10000})) << "the child's SENDs never failed";
+  EXPECT_NE(status, static_cast<uint32_t>(IBV_WC_SUCCESS));
+  EXPECT_TRUE(exited_with(child_->Wait(), 0));
+  EXPECT_TRUE(no_completion(cq_));
 }
 
 }  // namespace

@@ -1,28 +1,50 @@
 #include "common/biased_lock.hpp"
 
+#include <sys/types.h>
+#include <cerrno>
+#include <csignal>
 #include <thread>
 
 namespace softrdma {
+namespace {
+bool process_gone(uint32_t pid) {
+  return kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+}
+}  // namespace
 
-bool BiasedLock::lock_slow() {
+template <bool kAcrossProcesses>
+bool BasicBiasedLock<kAcrossProcesses>::lock_slow() {
   if (light_fences() && !revoked_.load(std::memory_order_acquire)) {
-    const void* none = nullptr;
-    if (owner_.compare_exchange_strong(none, self(), std::memory_order_acq_rel) && enter_as_owner())
-      return true;  // the first thread to want it
+    // The first thread to want it claims it; the pid is written before the thread can be
+    // seen as the owner by itself, and another thread of this process that sees the claim
+    // half-written takes it for someone else's, which it is.
+    uint32_t unclaimed = 0;
+    if (owner_pid_.compare_exchange_strong(unclaimed, static_cast<uint32_t>(current_pid()),
+                                           std::memory_order_acq_rel)) {
+      owner_thread_.store(this_thread(), std::memory_order_relaxed);
+      if (enter_as_owner()) return true;
+    }
   }
   shared_.lock();
   if (revoked_.load(std::memory_order_relaxed)) return false;
   // The first other thread (under shared_, so only one): revokes the bias for good.
-  revoked_.store(true, std::memory_order_seq_cst);
+  revoked_.store(1, std::memory_order_seq_cst);
   heavy_fence();  // pairs with the owner's light fence in enter_as_owner
+  const uint32_t owner_pid = owner_pid_.load(std::memory_order_relaxed);
   for (int spins = 0; owner_inside_.load(std::memory_order_seq_cst); ++spins) {
-    if (spins < 100)
+    if (spins < 100) {
       __builtin_ia32_pause();
-    else
-      std::this_thread::yield();  // the owner was preempted inside: let it finish
+    } else {
+      // The owner was preempted inside: let it finish, unless its process died there
+      // (a process killed inside a ProcessLock's section is taken over the same way).
+      if (owner_pid != 0 && process_gone(owner_pid)) break;
+      std::this_thread::yield();
+    }
   }
-  owner_.store(nullptr, std::memory_order_relaxed);
   return false;
 }
+
+template class BasicBiasedLock<false>;
+template class BasicBiasedLock<true>;
 
 }  // namespace softrdma

@@ -63,7 +63,7 @@ namespace {
 template <class OwnerOf>
 bool push(OwnerOf owner, CqShared* cq, const CqEntry& entry, bool solicited) {
   {
-    ProcessLockGuard guard(cq->producer_lock);
+    SharedBiasedLock::Guard guard(cq->producer_lock);
     const uint64_t tail = cq->tail;
     const CqShared::Ring ring = cq->ring_now(std::memory_order_relaxed);
     // The consumer's line is read only when the ring looks full from what was last seen.
@@ -105,7 +105,7 @@ bool cq_push_own(PeerArena& (*self)(), CqShared* cq, const CqEntry& entry, bool 
 }
 
 void cq_purge_qp(CqShared* cq, uint32_t qpn) {
-  ProcessLockGuard guard(cq->producer_lock);  // no producer appends meanwhile
+  SharedBiasedLock::Guard guard(cq->producer_lock);  // no producer appends meanwhile
   const uint64_t head = cq->head.load(std::memory_order_acquire);
   const uint64_t tail = cq->tail;
   const CqShared::Ring ring = cq->ring_now(std::memory_order_relaxed);

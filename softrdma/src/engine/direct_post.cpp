@@ -106,7 +106,7 @@ bool peer_grants(const TargetQp& t, uint32_t access) {
   RegionCache::Reach dest;
   uint64_t wr_id;
   {
-    ProcessLockGuard guard(rq->lock);
+    SharedBiasedLock::Guard guard(rq->lock);
     RecvWqe* w = recv_queue_front(rq);
     if (!w || w->num_sge > 1) return false;
     if (length) {

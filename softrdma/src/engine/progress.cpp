@@ -1,6 +1,7 @@
 #include "engine/progress.hpp"
 
 #include <unistd.h>
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <map>
@@ -28,7 +29,12 @@ struct ProgressState {
   // across hosts schedules its answer's deadline, and waking the helper for each would
   // cost a thread switch per message.
   Clock::time_point helper_sleeps_until = Clock::time_point::min();
+  uint64_t application_runs = 0;  // run_due_progress calls that ran what was due
 };
+
+// How long the helper leaves due work to an application whose own calls ran it while the
+// helper slept: such a thread is busy in the library and will be back within it.
+constexpr auto kApplicationGrace = std::chrono::microseconds(200);
 
 ProgressState& state() {
   static auto* s = new ProgressState();
@@ -71,11 +77,28 @@ Clock::time_point run_due(ProgressState& s, std::unique_lock<std::mutex>& lock) 
   }
 }
 
+// The earliest entry's time, without running anything.
+Clock::time_point next_due(const ProgressState& s) {
+  Clock::time_point earliest = Clock::time_point::max();
+  for (const auto& [qp, when] : s.due) earliest = std::min(earliest, when);
+  return earliest;
+}
+
+// Progress belongs to the application's threads: the helper runs due work only when no
+// call of theirs ran it while the helper slept. Besides a thread switch, running it here
+// would take the QP's locks from another thread than the one that posts, and revoke their
+// bias to that thread for good (common/biased_lock.hpp).
 void helper_thread() {
   ProgressState& s = state();
   std::unique_lock lock(s.mutex);
+  // As if the application had just run due work: a thread that has only just started
+  // often gets the CPU before the application's next call does.
+  uint64_t application_runs_seen = s.application_runs - 1;
   for (;;) {
-    const auto earliest = run_due(s, lock);
+    const bool application_busy = s.application_runs != application_runs_seen;
+    const auto earliest = application_busy ? std::max(next_due(s), Clock::now() + kApplicationGrace)
+                                           : run_due(s, lock);
+    application_runs_seen = s.application_runs;
     s.helper_sleeps_until = earliest;
     if (earliest == Clock::time_point::max())
       s.wake.wait(lock);
@@ -115,7 +138,9 @@ void run_due_progress() {
   if (g_pending.load(std::memory_order_relaxed) == 0) return;
   ProgressState& s = state();
   std::unique_lock lock(s.mutex, std::try_to_lock);
-  if (lock.owns_lock()) run_due(s, lock);
+  if (!lock.owns_lock()) return;
+  run_due(s, lock);
+  ++s.application_runs;
 }
 
 }  // namespace softrdma

@@ -23,7 +23,7 @@ void recv_queue_init(RecvQueueShared* rq, uint32_t capacity, uint32_t max_sge) {
 
 int recv_queue_post(RecvQueueShared* rq, const ibv_recv_wr& wr) {
   if (wr.num_sge < 0 || static_cast<uint32_t>(wr.num_sge) > rq->max_sge) return EINVAL;
-  ProcessLockGuard guard(rq->post_lock);
+  SharedBiasedLock::Guard guard(rq->post_lock);
   const uint64_t tail = rq->tail.load(std::memory_order_relaxed);
   RecvWqe* w = rq->wqe(tail);
   // Free: never used (first lap), or what the last lap posted here has been taken.

@@ -256,9 +256,10 @@ int requester_post(Qp& qp, const ibv_send_wr& wr) {
     if (o != Outcome::kBlocked) return 0;
   }
   capture_inline(w);
-  const auto when = w.next_attempt;
   qp.blocked.push_back(std::move(w));
-  progress_schedule(&qp, when);
+  // The queue moves in order: what is due is its oldest request, not one just queued
+  // behind it (due at once, it would wake the helper for nothing).
+  progress_schedule(&qp, qp.blocked.front().next_attempt);
   return 0;
 }
 

@@ -117,7 +117,7 @@ ResponderReply deliver_to_receive(TargetQp& t, const Landing& m, const InboundRe
   PinnedRanges dest;
   bool dest_ok;
   {
-    ProcessLockGuard guard(rq->lock);
+    SharedBiasedLock::Guard guard(rq->lock);
     RecvWqe* w = recv_queue_front(rq);
     if (!w) {
       if (!reliable) return dropped();  // nobody is ready to receive it
@@ -371,7 +371,7 @@ void flush_receive_queue(PeerArena& owner, QpShared* qp) {
   if (qp->uses_srq || !qp->recv_queue_offset) return;
   auto* rq = owner.at<RecvQueueShared>(qp->recv_queue_offset);
   auto* cq = owner.at<CqShared>(qp->recv_cq_offset);
-  ProcessLockGuard guard(rq->lock);
+  SharedBiasedLock::Guard guard(rq->lock);
   for (RecvWqe* w; (w = recv_queue_front(rq)); recv_queue_pop(rq)) {
     CqEntry e{};
     e.wr_id = w->wr_id;

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/biased_lock.hpp"
 #include "common/process_lock.hpp"
 
 namespace softrdma {
@@ -60,7 +61,7 @@ struct CqShared {
   uint64_t owner_handle;    // the owner's struct ibv_cq*, for async events
 
   // The producers' line.
-  alignas(kCacheLine) ProcessLock producer_lock;
+  alignas(kCacheLine) SharedBiasedLock producer_lock;
   std::atomic<uint32_t> armed;           // CqArm
   std::atomic<uint32_t> overrun;         // IBV_EVENT_CQ_ERR raised
   std::atomic<uint32_t> events_pending;  // notifications not yet taken by ibv_get_cq_event
@@ -91,6 +92,9 @@ struct CqShared {
   CqSlot* slots_after_header() { return reinterpret_cast<CqSlot*>(this + 1); }
 };
 static_assert(sizeof(CqShared) % alignof(CqSlot) == 0);
+static_assert(offsetof(CqShared, head_seen) + sizeof(uint64_t) <=
+                  offsetof(CqShared, producer_lock) + kCacheLine,
+              "a producer touches one line of the header");
 
 enum CqArm : uint32_t { kCqDisarmed = 0, kCqArmedAll = 1, kCqArmedSolicited = 2 };
 
@@ -122,11 +126,11 @@ struct RecvQueueShared {
   uint64_t owner_handle;  // the owner's struct ibv_srq*, for the limit event
 
   // The posting line: the owner's threads.
-  alignas(kCacheLine) ProcessLock post_lock;
+  alignas(kCacheLine) SharedBiasedLock post_lock;
   std::atomic<uint64_t> tail;  // next position to post (consumers read it for the SRQ limit)
 
   // The taking line: peers delivering messages, a flush.
-  alignas(kCacheLine) ProcessLock lock;
+  alignas(kCacheLine) SharedBiasedLock lock;
   uint32_t limit;              // SRQ limit, 0 = not armed; guarded by lock
   std::atomic<uint64_t> head;  // next position to take; written under lock
 
@@ -136,6 +140,9 @@ struct RecvQueueShared {
                                       (index % capacity) * stride);
   }
 };
+static_assert(offsetof(RecvQueueShared, head) + sizeof(uint64_t) <=
+                  offsetof(RecvQueueShared, lock) + kCacheLine,
+              "a taker touches one line of the header");
 
 /// QpShared::qp_type of an XRC SRQ's entry in the QP table: the number that
 /// ibv_get_srq_num gives names it there, so a responder on the host finds its queue.

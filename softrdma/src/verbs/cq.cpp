@@ -225,7 +225,7 @@ SOFTRDMA_EXPORT int ibv_resize_cq(ibv_cq* cq, int cqe) {
   if (moves && !moved_to) return ENOMEM;
   bool relaid;
   {
-    ProcessLockGuard guard(c->shared->producer_lock);
+    SharedBiasedLock::Guard guard(c->shared->producer_lock);
     CqSlot* into =
         moves ? arena.at<CqSlot>(moved_to) : c->shared->ring_now(std::memory_order_relaxed).slots;
     relaid = cq_relay(c->shared, capacity, into);

@@ -185,7 +185,7 @@ void reset(Qp& q) {
   q.shared->acked_psn_sent.store(0);
   restart_sequence(q.shared);
   if (q.rq) {
-    ProcessLockGuard guard(q.rq->lock);
+    SharedBiasedLock::Guard guard(q.rq->lock);
     recv_queue_discard(q.rq);
   }
   const uint32_t qpn = q.qpx.qp_base.qp_num;

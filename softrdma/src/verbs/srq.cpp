@@ -147,7 +147,7 @@ SOFTRDMA_EXPORT int ibv_modify_srq(ibv_srq* srq, ibv_srq_attr* attr, int mask) {
   if (mask & IBV_SRQ_MAX_WR) return EOPNOTSUPP;  // resizing an SRQ is not supported
   if (mask & IBV_SRQ_LIMIT) {
     if (attr->srq_limit > s.max_wr) return EINVAL;
-    ProcessLockGuard guard(s.shared->lock);
+    SharedBiasedLock::Guard guard(s.shared->lock);
     s.shared->limit = attr->srq_limit;
   }
   return 0;
@@ -155,7 +155,7 @@ SOFTRDMA_EXPORT int ibv_modify_srq(ibv_srq* srq, ibv_srq_attr* attr, int mask) {
 
 SOFTRDMA_EXPORT int ibv_query_srq(ibv_srq* srq, ibv_srq_attr* attr) {
   Srq& s = *to_srq(srq);
-  ProcessLockGuard guard(s.shared->lock);
+  SharedBiasedLock::Guard guard(s.shared->lock);
   attr->max_wr = s.max_wr;
   attr->max_sge = s.max_sge;
   attr->srq_limit = s.shared->limit;
