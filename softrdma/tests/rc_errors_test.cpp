@@ -2,6 +2,8 @@
 #include <atomic>
 #include <thread>
 
+#include <arpa/inet.h>
+
 #include "verbs_fixture.hpp"
 
 namespace softrdma_test {
@@ -160,6 +162,43 @@ TEST_F(RcErrorsTest, InfiniteRnrRetryCompletesOnceAReceiveIsPosted) {
   EXPECT_TRUE(completed(r, 100));
   EXPECT_EQ(r.byte_len, 16u);
   EXPECT_TRUE(dst.all(0x44, 0, 16));
+}
+
+// A WRITE_WITH_IMM needs a receive to complete: without one it waits (RNR) and writes
+// nothing; the receive posted later takes it, once.
+TEST_F(RcErrorsTest, WriteWithImmediateWaitsForAReceiveAndWritesNothingMeanwhile) {
+  PairOptions o;
+  o.a.rnr_retry = 7;
+  ASSERT_NO_FATAL_FAILURE(ConnectPair(o));
+  Buffer src = NewBuffer(64, kRemoteAccess, 0x45);
+  Buffer dst = NewBuffer(64, kRemoteAccess, 0);
+  ibv_send_wr wr = rdma_wr(1, IBV_WR_RDMA_WRITE_WITH_IMM, dst.addr(8), dst.rkey());
+  wr.imm_data = htonl(7);
+  ASSERT_EQ(post_send(p_.a, wr, {src.sge(0, 16)}), 0);
+  EXPECT_TRUE(no_completion(p_.cq_a));
+  EXPECT_TRUE(dst.all(0)) << "written before a receive was there";
+  ASSERT_EQ(post_recv(p_.b, 100), 0);
+  EXPECT_TRUE(completed(poll_one(p_.cq_a), 1));
+  const ibv_wc r = poll_one(p_.cq_b);
+  EXPECT_TRUE(completed(r, 100));
+  EXPECT_EQ(r.opcode, IBV_WC_RECV_RDMA_WITH_IMM);
+  EXPECT_EQ(r.imm_data, htonl(7));
+  EXPECT_TRUE(dst.all(0x45, 8, 16));
+  EXPECT_TRUE(no_completion(p_.cq_b)) << "the receive completed twice";
+}
+
+// A WRITE_WITH_IMM whose key the target does not grant fails without taking the receive.
+TEST_F(RcErrorsTest, WriteWithImmediateToAWrongKeyTakesNoReceive) {
+  ASSERT_NO_FATAL_FAILURE(ConnectPair());
+  Buffer src = NewBuffer(64, kRemoteAccess, 1);
+  Buffer dst = NewBuffer(64, kRemoteAccess, 0);
+  ASSERT_EQ(post_recv(p_.b, 100), 0);
+  ibv_send_wr wr = rdma_wr(1, IBV_WR_RDMA_WRITE_WITH_IMM, dst.addr(), dst.rkey() + 1);
+  ASSERT_EQ(post_send(p_.a, wr, {src.sge(0, 16)}), 0);
+  EXPECT_TRUE(completed(poll_one(p_.cq_a), 1, IBV_WC_REM_ACCESS_ERR));
+  EXPECT_TRUE(dst.all(0));
+  // The responder's QP failed too, which flushes the receive: it was never taken.
+  EXPECT_TRUE(completed(poll_one(p_.cq_b), 100, IBV_WC_WR_FLUSH_ERR));
 }
 
 TEST_F(RcErrorsTest, AfterAnErrorOutstandingAndLaterWorkIsFlushed) {

@@ -1,19 +1,28 @@
 // Shared receive queues: several QPs receiving from one, the limit event, queries.
+#include <arpa/inet.h>
+
 #include "verbs_fixture.hpp"
 
 namespace softrdma_test {
 namespace {
 
-using SrqTest = RcLoopbackTest;
+class SrqTest : public RcLoopbackTest {
+ protected:
+  // Two connected pairs whose receiving QPs (b) share one new SRQ.
+  void MakePairsOnOneSrq(ibv_srq** srq, RcPair* one, RcPair* two) {
+    *srq = NewSrq(16);
+    ASSERT_NE(*srq, nullptr);
+    PairOptions o;
+    o.srq_b = *srq;
+    ASSERT_NO_FATAL_FAILURE(MakePair(o, one));
+    ASSERT_NO_FATAL_FAILURE(MakePair(o, two));
+  }
+};
 
 TEST_F(SrqTest, QpsSharingAnSrqTakeItsReceivesInOrder) {
-  ibv_srq* srq = NewSrq(16);
-  ASSERT_NE(srq, nullptr);
-  PairOptions o;
-  o.srq_b = srq;
+  ibv_srq* srq = nullptr;
   RcPair one, two;
-  ASSERT_NO_FATAL_FAILURE(MakePair(o, &one));
-  ASSERT_NO_FATAL_FAILURE(MakePair(o, &two));
+  ASSERT_NO_FATAL_FAILURE(MakePairsOnOneSrq(&srq, &one, &two));
   ibv_qp_attr attr{};
   ibv_qp_init_attr init{};
   ASSERT_EQ(ibv_query_qp(one.b, &attr, 0, &init), 0);
@@ -41,6 +50,35 @@ TEST_F(SrqTest, QpsSharingAnSrqTakeItsReceivesInOrder) {
   EXPECT_TRUE(dst.all(1, 0, 32));
   EXPECT_TRUE(dst.all(2, 64, 32));
   EXPECT_TRUE(dst.all(0, 128, 128)) << "the third receive is still posted";
+}
+
+// WRITE_WITH_IMM and SEND from two QPs take an SRQ's receives in posting order, each once.
+TEST_F(SrqTest, WritesWithImmediateAndSendsTakeTheSrqsReceivesInOrder) {
+  ibv_srq* srq = nullptr;
+  RcPair one, two;
+  ASSERT_NO_FATAL_FAILURE(MakePairsOnOneSrq(&srq, &one, &two));
+  Buffer src = NewBuffer(64, kRemoteAccess, 5);
+  Buffer dst = NewBuffer(256, kRemoteAccess, 0);
+  for (uint64_t i = 0; i < 4; ++i) ASSERT_EQ(post_srq_recv(srq, 100 + i, {dst.sge(128, 64)}), 0);
+  for (uint64_t i = 0; i < 4; ++i) {
+    RcPair& p = i % 2 ? two : one;
+    ibv_send_wr wr = i < 2 ? rdma_wr(i, IBV_WR_RDMA_WRITE_WITH_IMM, dst.addr(i * 16), dst.rkey())
+                           : send_wr(i, IBV_WR_SEND_WITH_IMM);
+    wr.imm_data = htonl(static_cast<uint32_t>(i));
+    ASSERT_EQ(post_send(p.a, wr, {src.sge(0, 16)}), 0);
+    EXPECT_TRUE(completed(poll_one(p.cq_a), i));
+    const ibv_wc r = poll_one(p.cq_b);
+    EXPECT_TRUE(completed(r, 100 + i));
+    EXPECT_EQ(r.qp_num, p.b->qp_num);
+    EXPECT_EQ(r.src_qp, p.a->qp_num);
+    EXPECT_EQ(r.opcode, i < 2 ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV);
+    EXPECT_EQ(r.imm_data, htonl(static_cast<uint32_t>(i)));
+    EXPECT_EQ(r.byte_len, 16u);
+  }
+  EXPECT_TRUE(dst.all(5, 0, 32));
+  EXPECT_TRUE(dst.all(5, 128, 16));
+  EXPECT_TRUE(no_completion(one.cq_b));
+  EXPECT_TRUE(no_completion(two.cq_b));
 }
 
 TEST_F(SrqTest, QueryAndModifyTheLimit) {
@@ -100,13 +138,9 @@ TEST_F(SrqTest, LimitEventWhenTheQueueDropsBelowTheLimit) {
 }
 
 TEST_F(SrqTest, ErrorOnAnSrqQpRaisesLastWqeReachedAndKeepsTheSrq) {
-  ibv_srq* srq = NewSrq(16);
-  ASSERT_NE(srq, nullptr);
-  PairOptions o;
-  o.srq_b = srq;
+  ibv_srq* srq = nullptr;
   RcPair one, two;
-  ASSERT_NO_FATAL_FAILURE(MakePair(o, &one));
-  ASSERT_NO_FATAL_FAILURE(MakePair(o, &two));
+  ASSERT_NO_FATAL_FAILURE(MakePairsOnOneSrq(&srq, &one, &two));
   Buffer src = NewBuffer(64, kRemoteAccess, 3);
   Buffer dst = NewBuffer(64);
   ASSERT_EQ(post_srq_recv(srq, 100, {dst.sge()}), 0);

@@ -30,6 +30,7 @@ struct Remote {
 bool remote_of(const ibv_send_wr& wr, Remote& out) {
   switch (wr.opcode) {
     case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
       out = {wr.wr.rdma.remote_addr, wr.wr.rdma.rkey, IBV_ACCESS_REMOTE_WRITE};
       return true;
     case IBV_WR_RDMA_READ:
@@ -47,6 +48,9 @@ bool remote_of(const ibv_send_wr& wr, Remote& out) {
 bool is_send(ibv_wr_opcode op) {
   return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM;
 }
+bool is_write(ibv_wr_opcode op) {
+  return op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM;
+}
 
 // The request's shape is one the fast path carries out.
 bool common_shape(const Qp& qp, const ibv_send_wr& wr) {
@@ -56,7 +60,7 @@ bool common_shape(const Qp& qp, const ibv_send_wr& wr) {
     return length == sizeof(uint64_t) && wr.wr.atomic.remote_addr % sizeof(uint64_t) == 0 &&
            !(wr.send_flags & IBV_SEND_INLINE);
   if (length > limits::kMaxMsgSize || (length == 0 && !is_send(wr.opcode))) return false;
-  const bool may_be_inline = wr.opcode == IBV_WR_RDMA_WRITE || is_send(wr.opcode);
+  const bool may_be_inline = is_write(wr.opcode) || is_send(wr.opcode);
   return !(wr.send_flags & IBV_SEND_INLINE) || (may_be_inline && length <= qp.cap.max_inline_data);
 }
 
@@ -64,7 +68,7 @@ bool common_shape(const Qp& qp, const ibv_send_wr& wr) {
 char* local_buffer(Qp& qp, const ibv_send_wr& wr) {
   const ibv_sge& sge = wr.sg_list[0];
   if (wr.send_flags & IBV_SEND_INLINE) return reinterpret_cast<char*>(sge.addr);
-  const bool reads_it = wr.opcode == IBV_WR_RDMA_WRITE || is_send(wr.opcode);
+  const bool reads_it = is_write(wr.opcode) || is_send(wr.opcode);
   const uint32_t need = reads_it ? 0 : IBV_ACCESS_LOCAL_WRITE;
   if (char* here = qp.local_keys.find(sge.lkey, sge.addr, sge.length, need)) return here;
   const MrSlot* s = Registry::instance().mr_slot(sge.lkey);
@@ -94,21 +98,20 @@ bool peer_grants(const TargetQp& t, uint32_t access) {
   return t.qp->access_flags.load(std::memory_order_relaxed) & access;
 }
 
-// A SEND into the peer's oldest posted receive, if that is the common case: the peer's own
-// receive queue (an SRQ may have another PD), one SGE that holds the message. Anything
-// else (no receive posted, a receive too small or not allowed) takes nothing from the
-// queue and is left to the general path, which reports it as it always has.
-[[gnu::noinline]] bool deliver_send(Qp& qp, TargetQp& t, const ibv_send_wr& wr, const char* local) {
+// Takes the peer's oldest posted receive (from its own queue or its SRQ), if that is the
+// common case: the queue's PD is the peer's, and for a SEND (`scatter`) one SGE holds the
+// message. Anything else (no receive posted, a receive too small or not allowed) takes
+// nothing from the queue and is left to the general path, which reports it as it always has.
+bool take_receive(Qp& qp, TargetQp& t, bool scatter, uint32_t length, uint64_t& wr_id,
+                  RegionCache::Reach& dest) {
   QpShared* p = t.qp;
-  if (p->uses_srq) return false;
   auto* rq = t.arena->at<RecvQueueShared>(p->recv_queue_offset);
-  const uint32_t length = wr.sg_list[0].length;
-  RegionCache::Reach dest;
-  uint64_t wr_id;
-  {
-    SharedBiasedLock::Guard guard(rq->lock);
-    RecvWqe* w = recv_queue_front(rq);
-    if (!w || w->num_sge > 1) return false;
+  if (rq->pd_id != p->pd_id) return false;  // an SRQ of another PD: keys checked elsewhere
+  SharedBiasedLock::Guard guard(rq->lock);
+  RecvWqe* w = recv_queue_front(rq);
+  if (!w) return false;
+  if (scatter) {
+    if (w->num_sge > 1) return false;
     if (length) {
       const ibv_sge& sge = w->sge()[0];
       if (w->num_sge == 0 || sge.length < length) return false;
@@ -116,23 +119,48 @@ bool peer_grants(const TargetQp& t, uint32_t access) {
       if (!qp.region_cache.reach(t, sge.lkey, sge.addr, length, IBV_ACCESS_LOCAL_WRITE, dest))
         return false;
     }
-    wr_id = w->wr_id;
-    recv_queue_pop(rq);
   }
-  if (length) std::memcpy(dest.here, local, length);
+  wr_id = w->wr_id;
+  recv_queue_pop(rq);
+  if (rq->is_srq) srq_limit_check(*t.arena, rq);
+  return true;
+}
+
+// The receive completion of a SEND or a WRITE_WITH_IMM that took receive `wr_id`.
+void complete_receive(const Qp& qp, const TargetQp& t, const ibv_send_wr& wr, uint64_t wr_id) {
   CqEntry e{};
   e.wr_id = wr_id;
   e.status = IBV_WC_SUCCESS;
-  e.opcode = IBV_WC_RECV;
-  e.byte_len = length;
+  e.opcode = is_send(wr.opcode) ? IBV_WC_RECV : IBV_WC_RECV_RDMA_WITH_IMM;
+  e.byte_len = wr.sg_list[0].length;
   e.qp_num = t.qpn;
   e.src_qp = qp.qpx.qp_base.qp_num;
-  if (wr.opcode == IBV_WR_SEND_WITH_IMM) {
+  if (wr.opcode != IBV_WR_SEND) {
     e.imm_data = wr.imm_data;
     e.wc_flags = IBV_WC_WITH_IMM;
   }
-  cq_push(*t.arena, t.arena->at<CqShared>(p->recv_cq_offset), e,
+  cq_push(*t.arena, t.arena->at<CqShared>(t.qp->recv_cq_offset), e,
           wr.send_flags & IBV_SEND_SOLICITED);
+}
+
+[[gnu::noinline]] bool deliver_send(Qp& qp, TargetQp& t, const ibv_send_wr& wr, const char* local) {
+  const uint32_t length = wr.sg_list[0].length;
+  uint64_t wr_id;
+  RegionCache::Reach dest;
+  if (!take_receive(qp, t, true, length, wr_id, dest)) return false;
+  if (length) std::memcpy(dest.here, local, length);
+  complete_receive(qp, t, wr, wr_id);
+  return true;
+}
+
+// A WRITE_WITH_IMM lands only with a receive to complete, as on the general path.
+[[gnu::noinline]] bool write_with_imm(Qp& qp, TargetQp& t, const ibv_send_wr& wr, const char* local,
+                                      const RegionCache::Reach& target) {
+  uint64_t wr_id;
+  RegionCache::Reach unused;
+  if (!take_receive(qp, t, false, 0, wr_id, unused)) return false;
+  move_tail_last(target.here, local, wr.sg_list[0].length);
+  complete_receive(qp, t, wr, wr_id);
   return true;
 }
 
@@ -179,6 +207,8 @@ bool post_direct(Qp& qp, const ibv_send_wr& wr) {
         move_tail_last(target.here, local, length);
       } else if (wr.opcode == IBV_WR_RDMA_READ) {
         move_tail_last(local, target.here, length);
+      } else if (wr.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
+        taken = write_with_imm(qp, t, wr, local, target);
       } else {
         const uint64_t original = atomic_on(wr, t, target);
         std::memcpy(local, &original, sizeof original);
@@ -190,7 +220,7 @@ bool post_direct(Qp& qp, const ibv_send_wr& wr) {
 
   const uint64_t seq = ++qp.next_seq;
   if (qp.sq_sig_all || (wr.send_flags & IBV_SEND_SIGNALED)) {
-    const uint32_t byte_len = wr.opcode == IBV_WR_RDMA_WRITE || send ? 0 : length;
+    const uint32_t byte_len = is_write(wr.opcode) || send ? 0 : length;
     push_send_completion(qp, wr.wr_id, wr.opcode, IBV_WC_SUCCESS, byte_len, seq);
   }
   return true;

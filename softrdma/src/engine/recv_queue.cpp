@@ -3,6 +3,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "engine/completion_queue.hpp"
+
 namespace softrdma {
 namespace {
 uint32_t stride_for(uint32_t max_sge) {
@@ -35,6 +37,13 @@ int recv_queue_post(RecvQueueShared* rq, const ibv_recv_wr& wr) {
   w->stamp.store(tail + 1, std::memory_order_release);
   rq->tail.store(tail + 1, std::memory_order_release);
   return 0;
+}
+
+void srq_limit_check(PeerArena& owner, RecvQueueShared* rq) {
+  if (rq->limit && recv_queue_waiting(rq) < rq->limit) {
+    rq->limit = 0;
+    async_push(owner, rq->context_offset, IBV_EVENT_SRQ_LIMIT_REACHED, rq->owner_handle);
+  }
 }
 
 }  // namespace softrdma

@@ -31,6 +31,10 @@ inline void recv_queue_pop(RecvQueueShared* rq) {
   rq->head.store(head + 1, std::memory_order_release);
 }
 
+/// After a request was taken from an SRQ: raises IBV_EVENT_SRQ_LIMIT_REACHED in the owner's
+/// context, once, if a limit is armed and fewer requests than it wait (caller holds rq->lock).
+void srq_limit_check(PeerArena& owner, RecvQueueShared* rq);
+
 /// Requests posted and not yet taken (caller holds rq->lock).
 inline uint64_t recv_queue_waiting(RecvQueueShared* rq) {
   return rq->tail.load(std::memory_order_acquire) - rq->head.load(std::memory_order_relaxed);

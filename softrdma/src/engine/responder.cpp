@@ -127,10 +127,7 @@ ResponderReply deliver_to_receive(TargetQp& t, const Landing& m, const InboundRe
     dest_ok = write_imm || pin_sge_list(dest, w->sge(), static_cast<int>(w->num_sge), m.owner(),
                                         rq->pd_id, IBV_ACCESS_LOCAL_WRITE);
     recv_queue_pop(rq);
-    if (rq->is_srq && rq->limit && recv_queue_waiting(rq) < rq->limit) {
-      rq->limit = 0;
-      async_push(*m.arena, rq->context_offset, IBV_EVENT_SRQ_LIMIT_REACHED, rq->owner_handle);
-    }
+    if (rq->is_srq) srq_limit_check(*m.arena, rq);
   }
 
   CqEntry e{};
