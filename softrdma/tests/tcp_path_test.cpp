@@ -99,9 +99,12 @@ class DescriptorsExhausted {
 
 // True when the peer closed the connection (read returns 0) rather than timing out.
 // The peer closed `fd` (an end of stream within `wait`; the peer sends nothing here).
+// A peer that closes with bytes of ours still unread resets the connection instead.
 bool closed_by_peer(int fd, Millis wait = kTimeout) {
   char byte;
-  return wait_readable(fd, wait) && recv(fd, &byte, 1, MSG_DONTWAIT) == 0;
+  if (!wait_readable(fd, wait)) return false;
+  const ssize_t n = recv(fd, &byte, 1, MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno == ECONNRESET);
 }
 
 // A listening socket where a host at `ip` would serve QP `qpn`; -1 with errno on failure.
