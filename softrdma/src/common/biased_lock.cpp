@@ -1,16 +1,8 @@
 #include "common/biased_lock.hpp"
 
-#include <sys/types.h>
-#include <cerrno>
-#include <csignal>
 #include <thread>
 
 namespace softrdma {
-namespace {
-bool process_gone(uint32_t pid) {
-  return kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
-}
-}  // namespace
 
 template <bool kAcrossProcesses>
 bool BasicBiasedLock<kAcrossProcesses>::lock_slow() {
@@ -37,7 +29,7 @@ bool BasicBiasedLock<kAcrossProcesses>::lock_slow() {
     } else {
       // The owner was preempted inside: let it finish, unless its process died there
       // (a process killed inside a ProcessLock's section is taken over the same way).
-      if (owner_pid != 0 && process_gone(owner_pid)) break;
+      if (owner_pid != 0 && pid_gone(static_cast<pid_t>(owner_pid))) break;
       std::this_thread::yield();
     }
   }

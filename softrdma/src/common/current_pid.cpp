@@ -2,6 +2,8 @@
 
 #include <pthread.h>
 #include <unistd.h>
+#include <cerrno>
+#include <csignal>
 
 namespace softrdma {
 namespace detail {
@@ -34,4 +36,9 @@ pid_t first_current_pid() {
 }
 
 }  // namespace detail
+
+bool pid_gone(pid_t pid) {
+  return kill(pid, 0) != 0 && errno == ESRCH;
+}
+
 }  // namespace softrdma

@@ -12,6 +12,9 @@ extern pid_t g_current_pid;
 pid_t first_current_pid();
 }  // namespace detail
 
+/// No process has this pid any more (a zombie still counts as there).
+bool pid_gone(pid_t pid);
+
 /// What getpid() returns: one load on the common path.
 inline pid_t current_pid() {
   const pid_t pid = detail::g_current_pid;

@@ -4,11 +4,11 @@
 #include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <cerrno>
-#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+
+#include "common/current_pid.hpp"
 
 namespace softrdma {
 namespace {
@@ -62,7 +62,7 @@ uint64_t self_netns() {
 
 bool process_alive(const ProcessId& who) {
   if (who.pid <= 0) return false;
-  if (kill(who.pid, 0) != 0 && errno == ESRCH) return false;
+  if (pid_gone(who.pid)) return false;
   return process_start_time(who.pid) == who.start_time;
 }
 

@@ -3,8 +3,6 @@
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-#include <cerrno>
-#include <csignal>
 #include <ctime>
 
 namespace softrdma {
@@ -21,7 +19,7 @@ void futex_wake(std::atomic<uint32_t>* word) {
 }
 
 bool owner_gone(uint32_t owner_pid) {
-  return owner_pid != 0 && kill(static_cast<pid_t>(owner_pid), 0) != 0 && errno == ESRCH;
+  return owner_pid != 0 && pid_gone(static_cast<pid_t>(owner_pid));
 }
 
 }  // namespace

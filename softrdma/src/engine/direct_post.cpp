@@ -99,24 +99,26 @@ bool peer_grants(const TargetQp& t, uint32_t access) {
 }
 
 // Takes the peer's oldest posted receive (from its own queue or its SRQ), if that is the
-// common case: the queue's PD is the peer's, and for a SEND (`scatter`) one SGE holds the
-// message. Anything else (no receive posted, a receive too small or not allowed) takes
-// nothing from the queue and is left to the general path, which reports it as it always has.
-bool take_receive(Qp& qp, TargetQp& t, bool scatter, uint32_t length, uint64_t& wr_id,
-                  RegionCache::Reach& dest) {
+// common case: the queue's PD is the peer's, and for a SEND (`scatter_into`, where its
+// `length` bytes land) one SGE holds the message. Anything else (no receive posted, a
+// receive too small or not allowed) takes nothing from the queue and is left to the general
+// path, which reports it as it always has.
+bool take_receive(Qp& qp, TargetQp& t, uint64_t& wr_id, RegionCache::Reach* scatter_into = nullptr,
+                  uint32_t length = 0) {
   QpShared* p = t.qp;
   auto* rq = t.arena->at<RecvQueueShared>(p->recv_queue_offset);
   if (rq->pd_id != p->pd_id) return false;  // an SRQ of another PD: keys checked elsewhere
   SharedBiasedLock::Guard guard(rq->lock);
   RecvWqe* w = recv_queue_front(rq);
   if (!w) return false;
-  if (scatter) {
+  if (scatter_into) {
     if (w->num_sge > 1) return false;
     if (length) {
       const ibv_sge& sge = w->sge()[0];
       if (w->num_sge == 0 || sge.length < length) return false;
       announce(qp, DirectAccess::of(t.qpn, sge.lkey));
-      if (!qp.region_cache.reach(t, sge.lkey, sge.addr, length, IBV_ACCESS_LOCAL_WRITE, dest))
+      if (!qp.region_cache.reach(t, sge.lkey, sge.addr, length, IBV_ACCESS_LOCAL_WRITE,
+                                 *scatter_into))
         return false;
     }
   }
@@ -147,7 +149,7 @@ void complete_receive(const Qp& qp, const TargetQp& t, const ibv_send_wr& wr, ui
   const uint32_t length = wr.sg_list[0].length;
   uint64_t wr_id;
   RegionCache::Reach dest;
-  if (!take_receive(qp, t, true, length, wr_id, dest)) return false;
+  if (!take_receive(qp, t, wr_id, &dest, length)) return false;
   if (length) std::memcpy(dest.here, local, length);
   complete_receive(qp, t, wr, wr_id);
   return true;
@@ -157,8 +159,7 @@ void complete_receive(const Qp& qp, const TargetQp& t, const ibv_send_wr& wr, ui
 [[gnu::noinline]] bool write_with_imm(Qp& qp, TargetQp& t, const ibv_send_wr& wr, const char* local,
                                       const RegionCache::Reach& target) {
   uint64_t wr_id;
-  RegionCache::Reach unused;
-  if (!take_receive(qp, t, false, 0, wr_id, unused)) return false;
+  if (!take_receive(qp, t, wr_id)) return false;
   move_tail_last(target.here, local, wr.sg_list[0].length);
   complete_receive(qp, t, wr, wr_id);
   return true;
