@@ -323,4 +323,86 @@ inline rdma_conn_param conn_param(const std::vector<uint8_t>& data) {
   return p;
 }
 
+/// CmTest with one channel shared by a listener and the clients.
+class CmConnTest : public CmTest {
+ protected:
+  void SetUp() override {
+    ASSERT_NO_FATAL_FAILURE(CmTest::SetUp());
+    ch_ = NewChannel();
+    ASSERT_NE(ch_, nullptr);
+    listener_ = Listen(ch_, &port_);
+    ASSERT_NE(listener_, nullptr);
+  }
+
+  struct Pair {
+    rdma_cm_id* client = nullptr;
+    rdma_cm_id* server = nullptr;  // the listener's new id
+    ibv_cq* client_cq = nullptr;
+    ibv_cq* server_cq = nullptr;
+  };
+
+  /// A client id connected to the listener, both with QPs in RTS. Use as
+  /// ASSERT_NO_FATAL_FAILURE(ConnectPair(&pair)).
+  void ConnectPair(Pair* out) {
+    Pair p;
+    p.client_cq = NewCq();
+    p.server_cq = NewCq();
+    p.client = NewId(ch_);
+    ASSERT_TRUE(p.client_cq && p.server_cq && p.client);
+    ASSERT_NO_FATAL_FAILURE(Resolve(ch_, p.client, port_));
+    ASSERT_NE(CreateQp(p.client, p.client_cq), nullptr);
+    rdma_conn_param param = conn_param({});
+    ASSERT_EQ(rdma_connect(p.client, &param), 0) << std::strerror(errno);
+    std::optional<CmEvent> req = expect_event(ch_, RDMA_CM_EVENT_CONNECT_REQUEST, nullptr);
+    ASSERT_TRUE(req);
+    ASSERT_EQ(req->listen_id, listener_);
+    p.server = Own(req->id);
+    ASSERT_NE(CreateQp(p.server, p.server_cq), nullptr);
+    ASSERT_EQ(rdma_accept(p.server, &param), 0) << std::strerror(errno);
+    bool client_up = false, server_up = false;
+    for (int i = 0; i < 2; ++i) {
+      std::optional<CmEvent> e = next_event(ch_);
+      ASSERT_TRUE(e);
+      ASSERT_EQ(e->type, RDMA_CM_EVENT_ESTABLISHED) << describe(*e);
+      (e->id == p.client ? client_up : server_up) = true;
+    }
+    ASSERT_TRUE(client_up && server_up);
+    ASSERT_EQ(qp_state(p.client->qp), IBV_QPS_RTS);
+    ASSERT_EQ(qp_state(p.server->qp), IBV_QPS_RTS);
+    *out = p;
+  }
+
+  /// One DISCONNECTED for each id of `ids` (in any order), nothing else.
+  void ExpectDisconnected(std::vector<rdma_cm_id*> ids) {
+    while (!ids.empty()) {
+      std::optional<CmEvent> e = next_event(ch_);
+      ASSERT_TRUE(e) << ids.size() << " DISCONNECTED events missing";
+      auto it = std::find(ids.begin(), ids.end(), e->id);
+      ASSERT_TRUE(e->type == RDMA_CM_EVENT_DISCONNECTED && it != ids.end())
+          << "unexpected " << describe(*e) << " for id " << e->id;
+      EXPECT_EQ(e->status, 0);
+      ids.erase(it);
+    }
+  }
+
+  /// One TIMEWAIT_EXIT for each id of `ids`, all within `within`.
+  void ExpectTimewaitExit(std::vector<rdma_cm_id*> ids, Millis within = Millis{3000}) {
+    const auto deadline = Clock::now() + within;
+    while (!ids.empty()) {
+      const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
+      std::optional<CmEvent> e = next_event(ch_, std::max(left, Millis{1}));
+      ASSERT_TRUE(e) << ids.size() << " TIMEWAIT_EXIT events missing after " << within.count()
+                     << " ms";
+      auto it = std::find(ids.begin(), ids.end(), e->id);
+      ASSERT_TRUE(e->type == RDMA_CM_EVENT_TIMEWAIT_EXIT && it != ids.end())
+          << "unexpected " << describe(*e) << " for id " << e->id;
+      ids.erase(it);
+    }
+  }
+
+  rdma_event_channel* ch_ = nullptr;
+  rdma_cm_id* listener_ = nullptr;
+  uint16_t port_ = 0;
+};
+
 }  // namespace softrdma_test

@@ -109,27 +109,31 @@ ibv_qp_init_attr child_qp_attr() {
   return attr;
 }
 
-/// Connects to 127.0.0.1:port (QP and CQs made by the CM), reports, then waits to be killed.
-int child_client(int fd, uint16_t port) {
+/// Makes `count` connections to 127.0.0.1:port, one after the other (QP and CQs made by the
+/// CM), reports each, then waits to be killed.
+int child_client(int fd, uint16_t port, int count) {
   Report r;
   rdma_event_channel* ch = rdma_create_event_channel();
-  rdma_cm_id* id = nullptr;
-  if (!ch || rdma_create_id(ch, &id, nullptr, RDMA_PS_TCP) != 0)
-    return child_fail(fd, r, "create id");
-  sockaddr_in dst = loopback(port);
-  if (rdma_resolve_addr(id, nullptr, as_sockaddr(&dst), kResolveTimeoutMs) != 0 ||
-      !child_expect(ch, RDMA_CM_EVENT_ADDR_RESOLVED, r))
-    return child_fail(fd, r, "resolve address");
-  if (rdma_resolve_route(id, kResolveTimeoutMs) != 0 ||
-      !child_expect(ch, RDMA_CM_EVENT_ROUTE_RESOLVED, r))
-    return child_fail(fd, r, "resolve route");
-  ibv_qp_init_attr attr = child_qp_attr();
-  if (rdma_create_qp(id, nullptr, &attr) != 0) return child_fail(fd, r, "rdma_create_qp");
-  if (rdma_connect(id, nullptr) != 0 || !child_expect(ch, RDMA_CM_EVENT_ESTABLISHED, r))
-    return child_fail(fd, r, "connect");
-  r.ok = 1;
-  r.qpn = id->qp->qp_num;
-  write_all(fd, &r, sizeof r);
+  if (!ch) return child_fail(fd, r, "create channel");
+  for (int i = 0; i < count; ++i) {
+    r = Report{};
+    rdma_cm_id* id = nullptr;
+    if (rdma_create_id(ch, &id, nullptr, RDMA_PS_TCP) != 0) return child_fail(fd, r, "create id");
+    sockaddr_in dst = loopback(port);
+    if (rdma_resolve_addr(id, nullptr, as_sockaddr(&dst), kResolveTimeoutMs) != 0 ||
+        !child_expect(ch, RDMA_CM_EVENT_ADDR_RESOLVED, r))
+      return child_fail(fd, r, "resolve address");
+    if (rdma_resolve_route(id, kResolveTimeoutMs) != 0 ||
+        !child_expect(ch, RDMA_CM_EVENT_ROUTE_RESOLVED, r))
+      return child_fail(fd, r, "resolve route");
+    ibv_qp_init_attr attr = child_qp_attr();
+    if (rdma_create_qp(id, nullptr, &attr) != 0) return child_fail(fd, r, "rdma_create_qp");
+    if (rdma_connect(id, nullptr) != 0 || !child_expect(ch, RDMA_CM_EVENT_ESTABLISHED, r))
+      return child_fail(fd, r, "connect");
+    r.ok = 1;
+    r.qpn = id->qp->qp_num;
+    write_all(fd, &r, sizeof r);
+  }
   for (;;) pause();  // until SIGKILL (or the alarm)
 }
 
@@ -201,92 +205,9 @@ int child_unroutable(int fd) {
 // ---------------------------------------------------------------------------------------------
 // Fixtures.
 
-/// CmTest with one channel shared by a listener and the clients.
-class CmConnTest : public CmTest {
- protected:
-  void SetUp() override {
-    ASSERT_NO_FATAL_FAILURE(CmTest::SetUp());
-    ch_ = NewChannel();
-    ASSERT_NE(ch_, nullptr);
-    listener_ = Listen(ch_, &port_);
-    ASSERT_NE(listener_, nullptr);
-  }
-
-  struct Pair {
-    rdma_cm_id* client = nullptr;
-    rdma_cm_id* server = nullptr;  // the listener's new id
-    ibv_cq* client_cq = nullptr;
-    ibv_cq* server_cq = nullptr;
-  };
-
-  /// A client id connected to the listener, both with QPs in RTS. Use as
-  /// ASSERT_NO_FATAL_FAILURE(ConnectPair(&pair)).
-  void ConnectPair(Pair* out) {
-    Pair p;
-    p.client_cq = NewCq();
-    p.server_cq = NewCq();
-    p.client = NewId(ch_);
-    ASSERT_TRUE(p.client_cq && p.server_cq && p.client);
-    ASSERT_NO_FATAL_FAILURE(Resolve(ch_, p.client, port_));
-    ASSERT_NE(CreateQp(p.client, p.client_cq), nullptr);
-    rdma_conn_param param = conn_param({});
-    ASSERT_EQ(rdma_connect(p.client, &param), 0) << std::strerror(errno);
-    std::optional<CmEvent> req = expect_event(ch_, RDMA_CM_EVENT_CONNECT_REQUEST, nullptr);
-    ASSERT_TRUE(req);
-    ASSERT_EQ(req->listen_id, listener_);
-    p.server = Own(req->id);
-    ASSERT_NE(CreateQp(p.server, p.server_cq), nullptr);
-    ASSERT_EQ(rdma_accept(p.server, &param), 0) << std::strerror(errno);
-    bool client_up = false, server_up = false;
-    for (int i = 0; i < 2; ++i) {
-      std::optional<CmEvent> e = next_event(ch_);
-      ASSERT_TRUE(e);
-      ASSERT_EQ(e->type, RDMA_CM_EVENT_ESTABLISHED) << describe(*e);
-      (e->id == p.client ? client_up : server_up) = true;
-    }
-    ASSERT_TRUE(client_up && server_up);
-    ASSERT_EQ(qp_state(p.client->qp), IBV_QPS_RTS);
-    ASSERT_EQ(qp_state(p.server->qp), IBV_QPS_RTS);
-    *out = p;
-  }
-
-  /// One DISCONNECTED for each id of `ids` (in any order), nothing else.
-  void ExpectDisconnected(std::vector<rdma_cm_id*> ids) {
-    while (!ids.empty()) {
-      std::optional<CmEvent> e = next_event(ch_);
-      ASSERT_TRUE(e) << ids.size() << " DISCONNECTED events missing";
-      auto it = std::find(ids.begin(), ids.end(), e->id);
-      ASSERT_TRUE(e->type == RDMA_CM_EVENT_DISCONNECTED && it != ids.end())
-          << "unexpected " << describe(*e) << " for id " << e->id;
-      EXPECT_EQ(e->status, 0);
-      ids.erase(it);
-    }
-  }
-
-  /// One TIMEWAIT_EXIT for each id of `ids`, all within `within`.
-  void ExpectTimewaitExit(std::vector<rdma_cm_id*> ids, Millis within = Millis{3000}) {
-    const auto deadline = Clock::now() + within;
-    while (!ids.empty()) {
-      const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
-      std::optional<CmEvent> e = next_event(ch_, std::max(left, Millis{1}));
-      ASSERT_TRUE(e) << ids.size() << " TIMEWAIT_EXIT events missing after " << within.count()
-                     << " ms";
-      auto it = std::find(ids.begin(), ids.end(), e->id);
-      ASSERT_TRUE(e->type == RDMA_CM_EVENT_TIMEWAIT_EXIT && it != ids.end())
-          << "unexpected " << describe(*e) << " for id " << e->id;
-      ids.erase(it);
-    }
-  }
-
-  rdma_event_channel* ch_ = nullptr;
-  rdma_cm_id* listener_ = nullptr;
-  uint16_t port_ = 0;
-};
-
 using CmFlow = CmTest;
 using CmFailure = CmConnTest;
 using CmDisconnect = CmConnTest;
-using CmPeerDeath = CmTest;
 using CmUd = CmTest;
 using CmMisc = CmTest;
 
@@ -636,15 +557,28 @@ TEST_F(CmFailure, UnroutableAddressIsAddrErrorAfterTheTimeout) {
   EXPECT_EQ(r.retry_event, RDMA_CM_EVENT_ADDR_RESOLVED) << "the id resolves again afterwards";
 }
 
+/// A listener with a channel and a CQ of its own, and a child started against it in `role`.
+class CmPeerDeath : public CmTest {
+ protected:
+  void ListenForChild(const char* role, ChildProcess& child) {
+    ch_ = NewChannel();
+    ASSERT_NE(ch_, nullptr);
+    uint16_t port = 0;
+    ASSERT_NE(Listen(ch_, &port), nullptr);
+    cq_ = NewCq();
+    ASSERT_NE(cq_, nullptr);
+    ASSERT_TRUE(child.Start(role, port));
+  }
+
+  rdma_event_channel* ch_ = nullptr;
+  ibv_cq* cq_ = nullptr;
+};
+
 TEST_F(CmPeerDeath, ClientKilledServerSeesDisconnectAndFlush) {
-  rdma_event_channel* ch = NewChannel();
-  ASSERT_NE(ch, nullptr);
-  uint16_t port = 0;
-  rdma_cm_id* listener = Listen(ch, &port);
-  ibv_cq* cq = NewCq();
-  ASSERT_TRUE(listener && cq);
   ChildProcess child;
-  ASSERT_TRUE(child.Start("client", port));
+  ASSERT_NO_FATAL_FAILURE(ListenForChild("client", child));
+  rdma_event_channel* ch = ch_;
+  ibv_cq* cq = cq_;
   std::optional<CmEvent> req = expect_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST, nullptr);
   ASSERT_TRUE(req);
   rdma_cm_id* server = Own(req->id);
@@ -666,6 +600,46 @@ TEST_F(CmPeerDeath, ClientKilledServerSeesDisconnectAndFlush) {
   EXPECT_TRUE(completed(poll_one(cq), 41, IBV_WC_WR_FLUSH_ERR));
   ASSERT_TRUE(expect_event(ch, RDMA_CM_EVENT_TIMEWAIT_EXIT, server, 0, Millis{3000}));
   EXPECT_TRUE(no_event(ch));
+}
+
+TEST_F(CmPeerDeath, APeerThatDiesEndsEveryConnectionOfItsLink) {
+  ChildProcess child;
+  ASSERT_NO_FATAL_FAILURE(ListenForChild("two_clients", child));
+  rdma_event_channel* ch = ch_;
+  ibv_cq* cq = cq_;
+  Buffer mem = NewBuffer(4096);
+  rdma_cm_id* servers[2] = {};
+  for (int i = 0; i < 2; ++i) {
+    std::optional<CmEvent> req = expect_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST, nullptr);
+    ASSERT_TRUE(req);
+    servers[i] = Own(req->id);
+    ASSERT_NE(CreateQp(servers[i], cq), nullptr);
+    ASSERT_EQ(post_recv(servers[i]->qp, 60 + i, {mem.sge(256 * i, 256)}), 0);
+    ASSERT_EQ(rdma_accept(servers[i], nullptr), 0) << std::strerror(errno);
+    ASSERT_TRUE(expect_event(ch, RDMA_CM_EVENT_ESTABLISHED, servers[i]));
+    Report r;
+    ASSERT_TRUE(child.Receive(&r)) << "the child did not connect";
+    ASSERT_EQ(r.ok, 1);
+  }
+  // Both came over one link (the child's source port is the link's).
+  EXPECT_EQ(rdma_get_dst_port(servers[0]), rdma_get_dst_port(servers[1]));
+
+  child.Kill();
+  std::vector<rdma_cm_id*> left = {servers[0], servers[1]};
+  while (!left.empty()) {
+    std::optional<CmEvent> e = next_event(ch);
+    ASSERT_TRUE(e) << left.size() << " DISCONNECTED events missing";
+    auto it = std::find(left.begin(), left.end(), e->id);
+    ASSERT_TRUE(e->type == RDMA_CM_EVENT_DISCONNECTED && it != left.end()) << describe(*e);
+    left.erase(it);
+  }
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(qp_state(servers[i]->qp), IBV_QPS_ERR);
+  std::vector<ibv_wc> flushed = poll_n(cq, 2);
+  ASSERT_EQ(flushed.size(), 2u);
+  for (const ibv_wc& wc : flushed) {
+    EXPECT_EQ(wc.status, IBV_WC_WR_FLUSH_ERR);
+    EXPECT_TRUE(wc.wr_id == 60 || wc.wr_id == 61) << wc.wr_id;
+  }
 }
 
 TEST_F(CmPeerDeath, ServerKilledClientSeesDisconnectAndFlush) {
@@ -922,7 +896,8 @@ int child_main(int argc, char** argv) {
   const std::string role = argv[2];
   const int fd = std::atoi(argv[3]);
   const auto port = static_cast<uint16_t>(std::atoi(argv[4]));
-  if (role == "client") return child_client(fd, port);
+  if (role == "client") return child_client(fd, port, 1);
+  if (role == "two_clients") return child_client(fd, port, 2);
   if (role == "server") return child_server(fd, port);
   if (role == "unroutable") return child_unroutable(fd);
   return 2;

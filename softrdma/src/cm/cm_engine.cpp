@@ -1,5 +1,6 @@
 #include "cm/cm_engine.hpp"
 
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -8,7 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
-#include <set>
+#include <tuple>
 #include <vector>
 
 #include "cm/cm_context.hpp"
@@ -22,14 +23,46 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Links without a connection that a process keeps for its next connections to the same
+// listeners; a link left idle beyond these is closed.
+constexpr size_t kIdleLinksKept = 16;
+
+// Messages a link holds for a peer that does not read them before it is cut off.
+constexpr size_t kMaxQueuedBytes = size_t{1} << 20;
+// A link's send buffer: CM messages are small, and a link lives as long as its process;
+// autotuning would let an idle link's buffer grow to megabytes of kernel memory.
+constexpr int kLinkSendBuffer = 64 << 10;
+
+// No Nagle (a disconnect must not wait for a delayed ACK), keepalive, a bounded buffer.
+void tune_link(int fd) {
+  wire::tune_socket(fd);
+  setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &kLinkSendBuffer, sizeof kLinkSendBuffer);
+}
+
+// Where an active link goes: its source address, the listener's address and port.
+using LinkKey = std::tuple<uint32_t, uint32_t, uint16_t>;
+
+LinkKey key_of(const CmId* id) {
+  return {id->id.route.addr.src_sin.sin_addr.s_addr, id->id.route.addr.dst_sin.sin_addr.s_addr,
+          id->id.route.addr.dst_sin.sin_port};
+}
+
+// A CM socket: a listener, or a link, the TCP connection that carries every connection
+// between this process and one listener of a peer process.
 struct Watch {
-  CmId* id = nullptr;        // null: an accepted connection whose request has not arrived
-  CmId* listener = nullptr;  // for such connections
-  sockaddr_in peer{};        // and where they come from
-  bool connecting = false;
-  std::vector<uint8_t> in;
-  uint64_t serial = 0;  // tells this watch from a later one on a reused descriptor
-  int claimed = 0;      // waiters serving it; meanwhile the CM thread does not watch it
+  CmId* listening = nullptr;     // a listener's socket: its id
+  bool active = false;           // a link this process made (it numbers the connections)
+  bool connecting = false;       // ... whose TCP connection is not made yet
+  bool reusable = false;         // ... that new connections to the same listener may take
+  LinkKey key{};                 // ... and where it goes
+  CmId* accepted_for = nullptr;  // a link this process accepted: the listener it reaches
+  sockaddr_in local{};
+  sockaddr_in peer{};
+  std::map<uint32_t, CmId*> conns;  // the connections on the link, by number
+  uint32_t last_conn = 0;           // active: the number given last
+  std::vector<uint8_t> in;          // received bytes of a message not yet whole
+  std::vector<uint8_t> out;         // messages the socket had no room for yet
+  bool room_wanted = false;         // watched for EPOLLOUT
 };
 
 struct Timer {
@@ -37,20 +70,32 @@ struct Timer {
   std::function<void(CmId*)> fn;
 };
 
+// How long the CM's sockets stay with the application after its last thread waiting for
+// an event returns: a thread setting up connections is back for the next event within
+// microseconds, and handing the sockets to the CM thread and claiming them again would
+// cost two calls per event, besides waking that thread for whatever arrives in between.
+// Meanwhile a message waits for the next waiter, or this long for the CM thread.
+constexpr std::chrono::milliseconds kHandBackAfter{1};
+// A waiter blocked longer than this is not coming back soon: the CM thread stops looking
+// and is woken when the waiter returns.
+constexpr std::chrono::milliseconds kLongWait{20};
+
 struct Engine {
   std::mutex mutex;
-  int epfd = -1;
-  int wake_fd = -1;  // an eventfd that interrupts epoll_wait when a timer is added
+  int epfd = -1;     // what the CM thread sleeps on: wake_fd, and `sockets` while it has them
+  int sockets = -1;  // an epoll set of every CM socket
+  int wake_fd = -1;  // an eventfd that interrupts epoll_wait when it must wake sooner
+  bool thread_has_sockets = true;   // `sockets` is in epfd
+  int claimed = 0;                  // threads waiting for an event that serve `sockets`
+  Clock::time_point claimed_at{};   // when `claimed` last left 0
+  Clock::time_point released_at{};  // when it last came back to 0
+  bool checking = false;            // the CM thread wakes to take the sockets back (kHandBackAfter)
   std::map<int, Watch> watches;
-  std::vector<ClaimedSocket> unwatched;  // accepted by a waiter, watched once it is done
-  // Sockets that may be in a handshake (in_handshake): what a waiter looks through, rather
-  // than every connection. Kept loosely: one found out of its handshake is dropped then.
-  std::set<int> handshaking;
+  std::map<LinkKey, int> reusable_links;
   std::multimap<Clock::time_point, Timer> timers;
   // When the thread wakes by itself at the latest: a timer due later needs no wake-up (each
   // rdma_connect adds one, and waking the thread for it would cost the connection a switch).
   Clock::time_point sleeps_until = Clock::time_point::max();
-  uint64_t next_serial = 0;
   pid_t pid = 0;
 };
 
@@ -61,67 +106,169 @@ Engine& engine() {
 
 void loop();
 
+void epoll_add(int epfd, int fd, uint32_t events) {
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.fd = fd;
+  epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
+}
+
 // Caller holds the mutex. A forked child gets a fresh engine and thread.
 void ensure_started(Engine& e) {
   if (e.pid == current_pid()) return;
   e.pid = current_pid();
   e.watches.clear();
-  e.handshaking.clear();
+  e.reusable_links.clear();
   e.timers.clear();
-  e.unwatched.clear();
+  e.claimed = 0;
+  e.thread_has_sockets = true;
+  e.checking = false;
   e.epfd = epoll_create1(EPOLL_CLOEXEC);
+  e.sockets = epoll_create1(EPOLL_CLOEXEC);
   e.wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.fd = e.wake_fd;
-  epoll_ctl(e.epfd, EPOLL_CTL_ADD, e.wake_fd, &ev);
+  epoll_add(e.epfd, e.wake_fd, EPOLLIN);
+  epoll_add(e.epfd, e.sockets, EPOLLIN);
   start_background_thread("softrdma-cm", loop);
 }
 
 // The watch of a descriptor just opened (a number closed before may come back).
-Watch& new_watch(Engine& e, int fd) {
+Watch& new_watch(Engine& e, int fd, uint32_t events) {
   Watch& w = e.watches[fd];
   w = Watch{};
-  w.serial = ++e.next_serial;
-  e.handshaking.insert(fd);
+  epoll_add(e.sockets, fd, events);
   return w;
 }
 
-void epoll_set(Engine& e, int fd, uint32_t events, bool add) {
+void set_events(Engine& e, int fd, uint32_t events) {
   epoll_event ev{};
   ev.events = events;
   ev.data.fd = fd;
-  epoll_ctl(e.epfd, add ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, fd, &ev);
+  epoll_ctl(e.sockets, EPOLL_CTL_MOD, fd, &ev);
 }
 
-// The addresses of a connection: the local one from the socket, the peer's as accept4 or
-// the active side's destination gave it.
-void fill_route_addrs(CmId* id, int fd, const sockaddr_in* peer) {
-  socklen_t len = sizeof id->id.route.addr.src_storage;
-  getsockname(fd, &id->id.route.addr.src_addr, &len);
-  if (peer) std::memcpy(&id->id.route.addr.dst_storage, peer, sizeof *peer);
-}
+constexpr uint32_t kLinkEvents = EPOLLIN | EPOLLRDHUP;
 
-void reject_and_close(int fd, int status) {
-  CmMsg m = make_msg(MsgType::kRej);
-  m.reject_status = static_cast<uint8_t>(status);
-  send(fd, &m, sizeof m, MSG_NOSIGNAL);
+void close_link(Engine& e, int fd) {
+  auto it = e.watches.find(fd);
+  if (it == e.watches.end()) return;
+  if (it->second.reusable) e.reusable_links.erase(it->second.key);
+  epoll_ctl(e.sockets, EPOLL_CTL_DEL, fd, nullptr);
   close(fd);
+  e.watches.erase(it);
 }
 
-// A connection request arrived on a listener: a new child id and CONNECT_REQUEST.
-void on_request(Engine& e, int fd, CmId* listener, const CmMsg& m) {
-  if (listener->state != IdState::kListening ||
-      (m.type != MsgType::kReq && m.type != MsgType::kSidrReq)) {
-    e.watches.erase(fd);
-    close(fd);
-    return;
+// Asks for EPOLLOUT while messages wait for room (or a connect for its outcome), or not.
+void want_room(Engine& e, int fd, Watch& w, bool want) {
+  if (w.room_wanted == want) return;
+  w.room_wanted = want;
+  set_events(e, fd, want ? kLinkEvents | EPOLLOUT : kLinkEvents);
+}
+
+// Sends what `w.out` holds; the rest waits for the socket to drain.
+void flush_out(Engine& e, int fd, Watch& w) {
+  while (!w.out.empty()) {
+    const ssize_t n = send(fd, w.out.data(), w.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      w.out.erase(w.out.begin(), w.out.begin() + n);
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      return want_room(e, fd, w, true);
+    } else {
+      break;  // broken: reading finds that (an error or hang-up is always reported)
+    }
   }
-  if (listener->pending_requests >= listener->backlog) {
-    e.watches.erase(fd);
-    reject_and_close(fd, kRejectConsumer);
-    return;
+  want_room(e, fd, w, false);
+}
+
+// Queues `m` on link `fd` and sends it if the link is made; false if the link is gone or
+// broken. The CM's calls must not block, so what the socket has no room for waits in the
+// link; a peer that leaves kMaxQueuedBytes unread is cut off.
+bool send_on(Engine& e, int fd, const CmMsg& m) {
+  auto it = e.watches.find(fd);
+  if (it == e.watches.end()) return false;
+  Watch& w = it->second;
+  if (w.out.size() + sizeof m > kMaxQueuedBytes) {
+    shutdown(fd, SHUT_RDWR);  // reading finds it broken and ends its connections
+    return false;
   }
+  const auto* bytes = reinterpret_cast<const uint8_t*>(&m);
+  size_t sent = 0;
+  if (w.out.empty() && !w.connecting) {
+    const ssize_t n = send(fd, &m, sizeof m, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return false;
+    sent = n > 0 ? static_cast<size_t>(n) : 0;
+    if (sent == sizeof m) return true;
+  }
+  w.out.insert(w.out.end(), bytes + sent, bytes + sizeof m);
+  if (!w.connecting) want_room(e, fd, w, true);
+  return true;
+}
+
+// Puts `id` on link `fd` under a new number.
+void attach(Engine& e, CmId* id, int fd) {
+  Watch& w = e.watches[fd];
+  do {
+    ++w.last_conn;
+  } while (w.last_conn == 0 || w.conns.count(w.last_conn));
+  id->sock = fd;
+  id->conn = w.last_conn;
+  w.conns[id->conn] = id;
+}
+
+// The id's source address is the link's (its port too, as rdma_get_src_port reports).
+void take_link_source(CmId* id, const Watch& w) {
+  std::memcpy(&id->id.route.addr.src_storage, &w.local, sizeof w.local);
+}
+
+size_t idle_active_links(const Engine& e) {
+  size_t n = 0;
+  for (const auto& [key, fd] : e.reusable_links) {
+    const Watch& w = e.watches.at(fd);
+    n += w.conns.empty() && !w.connecting;
+  }
+  return n;
+}
+
+// A link that carries nothing any more: an active one is kept for the next connection to
+// its listener (up to kIdleLinksKept), an accepted one until its peer closes it or its
+// listener goes away.
+void retire_if_idle(Engine& e, int fd) {
+  const Watch& w = e.watches.at(fd);
+  if (!w.conns.empty() || w.connecting) return;
+  if (w.active ? w.reusable && idle_active_links(e) <= kIdleLinksKept : w.accepted_for != nullptr)
+    return;
+  close_link(e, fd);
+}
+
+// Takes every connection off link `fd` and closes it; returns them.
+std::vector<CmId*> detach_all(Engine& e, int fd) {
+  std::vector<CmId*> ids;
+  for (const auto& [n, id] : e.watches.at(fd).conns) {
+    ids.push_back(id);
+    id->sock = -1;
+    id->conn = 0;
+  }
+  close_link(e, fd);
+  return ids;
+}
+
+void on_connection_lost(CmId* id, bool link_broke);
+bool retry_refused(CmId* id);
+
+// A connection request arrived on a link this process accepted: a new child id and
+// CONNECT_REQUEST, or a refusal on the link.
+void on_request(Engine& e, int fd, Watch& w, const CmMsg& m) {
+  CmId* listener = w.accepted_for;
+  const bool ud = m.type == MsgType::kSidrReq;
+  auto refuse = [&](int status) {
+    CmMsg r = make_msg(ud ? MsgType::kSidrRep : MsgType::kRej);
+    r.conn = m.conn;
+    r.reject_status = static_cast<uint8_t>(status);
+    send_on(e, fd, r);
+  };
+  // The listener is gone (the link outlived it): nobody listens, as a new connection to
+  // the port would be refused.
+  if (!listener || listener->state != IdState::kListening) return refuse(kRejectInvalidServiceId);
+  if (listener->pending_requests >= listener->backlog) return refuse(kRejectConsumer);
   auto* child = new CmId();
   child->id.channel = listener->id.channel;
   child->channel = listener->channel;
@@ -131,19 +278,42 @@ void on_request(Engine& e, int fd, CmId* listener, const CmMsg& m) {
   child->id.qp_type = listener->id.qp_type;
   attach_to_device(&child->id);
   child->sock = fd;
+  child->conn = m.conn;
+  w.conns[m.conn] = child;
   child->listener = listener;
   child->peer = m;
   child->local_psn = static_cast<uint32_t>(random()) & 0xffffff;
   child->retry_count = m.retry_count;
   child->rnr_retry_count = m.rnr_retry_count;
   child->state = IdState::kRequested;
-  Watch& w = e.watches[fd];
-  fill_route_addrs(child, fd, &w.peer);
+  take_link_source(child, w);
+  std::memcpy(&child->id.route.addr.dst_storage, &w.peer, sizeof w.peer);
   ++listener->pending_requests;
   listener->pending.push_back(child);
-  w.id = child;
-  w.listener = nullptr;
   post_event(child, RDMA_CM_EVENT_CONNECT_REQUEST, 0, &m, listener);
+}
+
+// A refusal (nobody listens) reached the active side: within kRefusedGrace of the connect,
+// the request goes again shortly, on a new link.
+bool retry_refused(CmId* id) {
+  if (Clock::now() >= id->refused_until) return false;
+  Engine& e = engine();
+  if (id->conn) {
+    auto it = e.watches.find(id->sock);
+    if (it != e.watches.end() && it->second.reusable) {
+      it->second.reusable = false;  // it reaches a listener that is gone
+      e.reusable_links.erase(it->second.key);
+    }
+    leave_link(id, false);
+  }
+  after(id, std::chrono::milliseconds(20), [](CmId* i) {
+    if (i->state != IdState::kConnecting) return;
+    if (int err = start_connect(i)) {
+      i->state = IdState::kRouteResolved;
+      post_event(i, RDMA_CM_EVENT_UNREACHABLE, -err);
+    }
+  });
+  return true;
 }
 
 void on_message(CmId* id, const CmMsg& m) {
@@ -157,7 +327,7 @@ void on_message(CmId* id, const CmMsg& m) {
         return;
       }
       if (int err = connect_qp(id)) {
-        close_connection(id);
+        leave_link(id, true);
         id->state = IdState::kDisconnected;
         post_event(id, RDMA_CM_EVENT_CONNECT_ERROR, -err, &m);
         return;
@@ -168,8 +338,9 @@ void on_message(CmId* id, const CmMsg& m) {
       return;
     case MsgType::kSidrRep:
       if (id->state != IdState::kConnecting) return;
+      if (m.reject_status == kRejectInvalidServiceId && retry_refused(id)) return;
       id->peer = m;
-      close_connection(id);
+      leave_link(id, false);
       if (m.reject_status) {
         id->state = IdState::kDisconnected;
         post_event(id, RDMA_CM_EVENT_REJECTED, m.reject_status, &m);
@@ -185,7 +356,10 @@ void on_message(CmId* id, const CmMsg& m) {
       return;
     case MsgType::kRej:
       if (id->state != IdState::kConnecting && id->state != IdState::kAwaitEstablish) return;
-      close_connection(id);
+      if (id->state == IdState::kConnecting && m.reject_status == kRejectInvalidServiceId &&
+          retry_refused(id))
+        return;
+      leave_link(id, false);
       fail_qp(id);  // as librdmacm does for a rejected connection
       id->state = IdState::kDisconnected;
       post_event(id, RDMA_CM_EVENT_REJECTED, m.reject_status, &m);
@@ -198,21 +372,34 @@ void on_message(CmId* id, const CmMsg& m) {
     case MsgType::kDrep:
       if (id->state == IdState::kDisconnecting) disconnected(id);
       return;
+    case MsgType::kGone:
+      on_connection_lost(id, false);
+      return;
     default:
       return;
   }
 }
 
-// The peer's end of the connection went away without a word.
-void on_connection_lost(CmId* id) {
+// The peer's end of the connection went away without a word: its link broke, or it left
+// the connection (kGone).
+void on_connection_lost(CmId* id, bool link_broke) {
   const IdState was = id->state;
-  close_connection(id);
+  leave_link(id, false);
   switch (was) {
     case IdState::kConnected:
     case IdState::kDisconnecting:
       disconnected(id);
       break;
     case IdState::kConnecting:
+      // The request went on a link its passive side was closing (its listener had gone):
+      // unanswered, it goes again on a new link.
+      if (link_broke && id->on_reused_link) {
+        id->on_reused_link = false;
+        if (start_connect(id) == 0) break;
+      }
+      id->state = IdState::kDisconnected;
+      post_event(id, RDMA_CM_EVENT_UNREACHABLE, -ECONNRESET);
+      break;
     case IdState::kAwaitEstablish:
       id->state = IdState::kDisconnected;
       post_event(id, RDMA_CM_EVENT_UNREACHABLE, -ECONNRESET);
@@ -230,46 +417,57 @@ void on_connection_lost(CmId* id) {
   }
 }
 
-// The connection is made (err 0) or failed: send the request, or retry or report.
-void on_connect_done(Engine& e, CmId* id, int fd, int err) {
-  Watch& w = e.watches[fd];
-  const bool was_connecting = w.connecting;
+void link_broken(Engine& e, int fd) {
+  for (CmId* id : detach_all(e, fd)) on_connection_lost(id, true);
+}
+
+// The link's TCP connection is made (err 0) or failed: the requests queued on it go out,
+// or each connection waiting for it is retried or reported.
+void on_connect_done(Engine& e, int fd, int err) {
+  Watch& w = e.watches.at(fd);
   w.connecting = false;
-  if (err == ECONNREFUSED && Clock::now() < id->refused_until) {
-    close_connection(id);
-    after(id, std::chrono::milliseconds(20), [](CmId* i) {
-      if (i->state != IdState::kConnecting) return;
-      if (int e2 = start_connect(i)) {
-        i->state = IdState::kRouteResolved;
-        post_event(i, RDMA_CM_EVENT_UNREACHABLE, -e2);
-      }
-    });
+  if (err == 0) {
+    socklen_t len = sizeof w.local;
+    getsockname(fd, reinterpret_cast<sockaddr*>(&w.local), &len);
+    for (const auto& [n, id] : w.conns) take_link_source(id, w);
+    flush_out(e, fd, w);
     return;
   }
-  if (err == 0 && send_msg(id, id->request)) {
-    if (was_connecting) epoll_set(e, fd, EPOLLIN | EPOLLRDHUP, false);
-    fill_route_addrs(id, fd, nullptr);
-    return;
+  for (CmId* id : detach_all(e, fd)) {
+    if (err == ECONNREFUSED && retry_refused(id)) continue;
+    fail_qp(id);
+    id->state = IdState::kRouteResolved;
+    if (err == ECONNREFUSED)
+      post_event(id, RDMA_CM_EVENT_REJECTED, kRejectInvalidServiceId);
+    else
+      post_event(id, RDMA_CM_EVENT_UNREACHABLE, -err);
   }
-  close_connection(id);
-  fail_qp(id);
-  id->state = IdState::kRouteResolved;
-  if (err == ECONNREFUSED)
-    post_event(id, RDMA_CM_EVENT_REJECTED, kRejectInvalidServiceId);
-  else
-    post_event(id, RDMA_CM_EVENT_UNREACHABLE, -(err ? err : ECONNRESET));
 }
 
 // A non-blocking connect has an outcome, unless it is still in progress.
-void on_connect_finished(Engine& e, CmId* id, int fd) {
+void on_connect_finished(Engine& e, int fd) {
   int err = 0;
   socklen_t len = sizeof err;
   getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-  if (err != EINPROGRESS) on_connect_done(e, id, fd, err);
+  if (err != EINPROGRESS) on_connect_done(e, fd, err);
+}
+
+// A message on link `fd` for connection m.conn.
+void dispatch(Engine& e, int fd, Watch& w, const CmMsg& m) {
+  auto it = w.conns.find(m.conn);
+  if (it != w.conns.end()) return on_message(it->second, m);
+  if (!w.active && (m.type == MsgType::kReq || m.type == MsgType::kSidrReq))
+    return on_request(e, fd, w, m);
+  // A connection that already ended here: a disconnect still gets its answer.
+  if (m.type == MsgType::kDreq) {
+    CmMsg drep = make_msg(MsgType::kDrep);
+    drep.conn = m.conn;
+    send_on(e, fd, drep);
+  }
 }
 
 void on_readable(Engine& e, int fd) {
-  Watch& w = e.watches[fd];
+  Watch& w = e.watches.at(fd);
   uint8_t buf[4096];
   bool lost = false;
   for (;;) {
@@ -284,72 +482,75 @@ void on_readable(Engine& e, int fd) {
     if (n == 0 || (errno != EAGAIN && errno != EINTR)) lost = true;
     break;
   }
-  // Whole messages first: a peer may send DREQ and close at once.
-  while (e.watches.count(fd) && e.watches[fd].in.size() >= sizeof(CmMsg)) {
-    Watch& cur = e.watches[fd];
+  // Whole messages first: a peer may send DREQ and close at once. Each may end
+  // connections, and the link with the last of them, so the watch is looked up anew.
+  for (auto it = e.watches.find(fd); it != e.watches.end() && it->second.in.size() >= sizeof(CmMsg);
+       it = e.watches.find(fd)) {
+    Watch& cur = it->second;
     CmMsg m;
     std::memcpy(&m, cur.in.data(), sizeof m);
     cur.in.erase(cur.in.begin(), cur.in.begin() + sizeof m);
     if (!valid(m)) {
-      SOFTRDMA_DEBUG_LOG("malformed CM message: connection closed");
+      SOFTRDMA_DEBUG_LOG("malformed CM message: link closed");
       lost = true;
       break;
     }
-    if (cur.id)
-      on_message(cur.id, m);
-    else
-      on_request(e, fd, cur.listener, m);
+    dispatch(e, fd, cur, m);
   }
-  if (!lost || !e.watches.count(fd)) return;
-  Watch gone = e.watches[fd];
-  if (gone.id) {
-    on_connection_lost(gone.id);
-  } else {
-    e.watches.erase(fd);
-    close(fd);
-  }
+  if (lost && e.watches.count(fd)) link_broken(e, fd);
 }
 
-// `by_waiter`: a waiter serving the listener accepts. The CM thread then starts watching the
-// connection only when that waiter is done with it, so it does not wake for the request the
-// waiter is about to read.
-void on_listener(Engine& e, CmId* listener, bool by_waiter) {
+void on_listener(Engine& e, CmId* listener) {
   for (;;) {
     sockaddr_in peer{};
     socklen_t peer_len = sizeof peer;
     int fd = accept4(listener->sock, reinterpret_cast<sockaddr*>(&peer), &peer_len,
                      SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) return;
-    wire::tune_socket(fd);  // no Nagle: a disconnect must not wait for a delayed ACK
-    Watch& w = new_watch(e, fd);
-    w.listener = listener;
+    tune_link(fd);
+    Watch& w = new_watch(e, fd, kLinkEvents);
+    w.accepted_for = listener;
     w.peer = peer;
-    if (by_waiter)
-      e.unwatched.push_back({fd, w.serial});
-    else
-      epoll_set(e, fd, EPOLLIN | EPOLLRDHUP, true);
+    socklen_t len = sizeof w.local;
+    getsockname(fd, reinterpret_cast<sockaddr*>(&w.local), &len);
     // The request usually follows the connection at once: take it now, not a loop later.
     on_readable(e, fd);
-    // One connection per wake: the next one, if any, keeps the listener readable.
-    if (by_waiter) return;
   }
 }
 
-// Whatever `fd` (watched as `w`) has ready: a connection to accept, a connect that
-// finished, or messages.
-void serve(Engine& e, int fd, Watch& w) {
-  CmId* id = w.id;
-  if (id && id->state == IdState::kListening && id->sock == fd)
-    on_listener(e, id, w.claimed > 0);
-  else if (w.connecting)
-    on_connect_finished(e, id, fd);
-  else
-    on_readable(e, fd);
+// Whatever `fd` has ready (`events`): a connection to accept, a connect that finished,
+// room for queued messages, messages.
+void serve(Engine& e, int fd, uint32_t events) {
+  auto it = e.watches.find(fd);
+  if (it == e.watches.end()) return;  // closed while this batch of events was handled
+  Watch& w = it->second;
+  if (w.listening) return on_listener(e, w.listening);
+  if (w.connecting) return on_connect_finished(e, fd);
+  if (events & EPOLLOUT) flush_out(e, fd, w);
+  if (events & ~EPOLLOUT) on_readable(e, fd);
+}
+
+// The CM thread takes the sockets back once no waiter has claimed them for kHandBackAfter;
+// returns how long it may sleep before it looks again (-1: until woken).
+int hand_back_if_due(Engine& e) {
+  if (e.thread_has_sockets || !e.checking) return -1;
+  const Clock::time_point now = Clock::now();
+  if (e.claimed == 0 && now - e.released_at >= kHandBackAfter) {
+    epoll_add(e.epfd, e.sockets, EPOLLIN);
+    e.thread_has_sockets = true;
+    e.checking = false;
+    return -1;
+  }
+  if (e.claimed != 0 && now - e.claimed_at >= kLongWait) {
+    e.checking = false;  // release_sockets wakes the thread
+    return -1;
+  }
+  return static_cast<int>(kHandBackAfter.count());
 }
 
 void loop() {
   Engine& e = engine();
-  epoll_event events[16];
+  epoll_event events[2];
   for (;;) {
     int timeout = -1;
     {
@@ -361,8 +562,13 @@ void loop() {
             std::max<int64_t>(0, std::chrono::ceil<std::chrono::milliseconds>(wait).count()));
         e.sleeps_until = e.timers.begin()->first;
       }
+      const int check = hand_back_if_due(e);
+      if (check >= 0 && (timeout < 0 || check < timeout)) {
+        timeout = check;
+        e.sleeps_until = Clock::now() + kHandBackAfter;
+      }
     }
-    const int n = epoll_wait(e.epfd, events, 16, timeout);
+    const int n = epoll_wait(e.epfd, events, 2, timeout);
     std::lock_guard lock(e.mutex);
     while (!e.timers.empty() && e.timers.begin()->first <= Clock::now()) {
       Timer t = e.timers.begin()->second;
@@ -370,129 +576,79 @@ void loop() {
       t.fn(t.id);
     }
     for (int i = 0; i < n; ++i) {
-      const int fd = events[i].data.fd;
-      if (fd == e.wake_fd) {
+      if (events[i].data.fd == e.wake_fd) {
         uint64_t count;
-        [[maybe_unused]] ssize_t r = read(fd, &count, sizeof count);
-        continue;
+        [[maybe_unused]] ssize_t r = read(e.wake_fd, &count, sizeof count);
+      } else if (e.thread_has_sockets) {
+        serve_ready_sockets();
       }
-      auto it = e.watches.find(fd);
-      if (it != e.watches.end()) serve(e, fd, it->second);
     }
   }
-}
-
-// The channel the events of a watched socket go to (null: none yet).
-const EventChannel* channel_of(const Watch& w) {
-  if (w.id) return w.id->channel;
-  return w.listener ? w.listener->channel : nullptr;
-}
-
-// A socket whose next message is part of setting a connection up or down: a listener, a
-// connection whose request has not arrived, or one waiting for a REP, an RTU or a DREP. An
-// established connection stays quiet until it ends; the CM thread watches it alone.
-bool in_handshake(int fd, const Watch& w) {
-  if (!w.id) return w.listener != nullptr;
-  switch (w.id->state) {
-    case IdState::kListening:
-      return w.id->sock == fd;
-    case IdState::kConnecting:
-    case IdState::kAccepting:
-    case IdState::kDisconnecting:
-      return true;
-    default:
-      return false;
-  }
-}
-
-// The watch `s` names, unless it is gone or a new watch has the same number (closed
-// meanwhile).
-Watch* still_watched(Engine& e, const ClaimedSocket& s) {
-  auto it = e.watches.find(s.fd);
-  return it != e.watches.end() && it->second.serial == s.serial ? &it->second : nullptr;
 }
 
 }  // namespace
 
-size_t claim_channel_sockets(const EventChannel* ch, ClaimedSocket* out, size_t max) {
+int claim_sockets() {
   Engine& e = engine();
-  if (e.pid != current_pid()) return 0;
-  size_t n = 0;
-  for (auto it = e.handshaking.begin(); it != e.handshaking.end();) {
-    const int fd = *it;
-    auto watched = e.watches.find(fd);
-    if (watched == e.watches.end() || !in_handshake(fd, watched->second)) {
-      it = e.handshaking.erase(it);
-      continue;
+  if (e.pid != current_pid()) return -1;
+  if (e.claimed++ == 0) {
+    e.claimed_at = Clock::now();
+    if (e.thread_has_sockets) {
+      epoll_ctl(e.epfd, EPOLL_CTL_DEL, e.sockets, nullptr);
+      e.thread_has_sockets = false;
     }
-    ++it;
-    const Watch& w = watched->second;
-    if (w.connecting || channel_of(w) != ch) continue;
-    if (n == max) return max + 1;
-    out[n++] = {fd, w.serial};
   }
-  for (size_t i = 0; i < n; ++i) {
-    Watch& w = e.watches[out[i].fd];
-    if (w.claimed++ == 0) epoll_ctl(e.epfd, EPOLL_CTL_DEL, out[i].fd, nullptr);
-  }
-  return n;
+  return e.sockets;
 }
 
-void release_channel_sockets(const ClaimedSocket* claimed, size_t n) {
+void serve_ready_sockets() {
   Engine& e = engine();
-  for (size_t i = 0; i < n; ++i) {
-    Watch* w = still_watched(e, claimed[i]);
-    if (w && --w->claimed == 0) epoll_set(e, claimed[i].fd, EPOLLIN | EPOLLRDHUP, true);
-  }
-  for (const ClaimedSocket& s : e.unwatched)
-    if (still_watched(e, s)) epoll_set(e, s.fd, EPOLLIN | EPOLLRDHUP, true);
-  e.unwatched.clear();
+  epoll_event events[16];
+  const int n = epoll_wait(e.sockets, events, 16, 0);
+  for (int i = 0; i < n; ++i) serve(e, events[i].data.fd, events[i].events);
 }
 
-void serve_socket(const EventChannel* ch, int fd) {
+void release_sockets() {
   Engine& e = engine();
-  // The socket may have been closed meanwhile, and its number reused.
-  auto it = e.watches.find(fd);
-  if (it != e.watches.end() && !it->second.connecting && channel_of(it->second) == ch)
-    serve(e, fd, it->second);
+  if (--e.claimed != 0) return;
+  e.released_at = Clock::now();
+  if (e.checking) return;  // the CM thread looks again within kHandBackAfter
+  e.checking = true;
+  e.sleeps_until = e.released_at + kHandBackAfter;
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = write(e.wake_fd, &one, sizeof one);
 }
 
 std::mutex& cm_mutex() {
   return engine().mutex;
 }
 
-void watch(CmId* id, bool connecting) {
+void watch_listener(CmId* id) {
   Engine& e = engine();
   ensure_started(e);
-  Watch& w = new_watch(e, id->sock);
-  w.id = id;
-  w.connecting = connecting;
-  epoll_set(e, id->sock, connecting ? EPOLLOUT : (EPOLLIN | EPOLLRDHUP), true);
-}
-
-void handshake_started(CmId* id) {
-  if (id->sock >= 0) engine().handshaking.insert(id->sock);
+  new_watch(e, id->sock, EPOLLIN).listening = id;
 }
 
 void unwatch(CmId* id) {
   Engine& e = engine();
   // A listener going away: its unanswered requests stay (the application owns those ids)
-  // but no longer count against it; connections whose request has not arrived are closed.
+  // but no longer count against it; the links it accepted take no more requests, and
+  // those that carry nothing are closed.
   for (CmId* child : id->pending) child->listener = nullptr;
   id->pending.clear();
-  if (id->state == IdState::kListening) {
-    for (auto it = e.watches.begin(); it != e.watches.end();) {
-      if (!it->second.id && it->second.listener == id) {
-        epoll_ctl(e.epfd, EPOLL_CTL_DEL, it->first, nullptr);
-        close(it->first);
-        it = e.watches.erase(it);
-      } else {
-        ++it;
-      }
+  auto listening = e.watches.find(id->sock);
+  if (id->sock >= 0 && listening != e.watches.end() && listening->second.listening == id) {
+    std::vector<int> idle;
+    for (auto& [fd, w] : e.watches) {
+      if (w.accepted_for != id) continue;
+      w.accepted_for = nullptr;
+      if (w.conns.empty()) idle.push_back(fd);
     }
+    for (int fd : idle) close_link(e, fd);
+    epoll_ctl(e.sockets, EPOLL_CTL_DEL, id->sock, nullptr);
+    e.watches.erase(id->sock);  // the caller closes the socket
   }
-  if (id->sock >= 0 && e.watches.erase(id->sock))
-    epoll_ctl(e.epfd, EPOLL_CTL_DEL, id->sock, nullptr);
+  leave_link(id, false);
   for (auto it = e.timers.begin(); it != e.timers.end();)
     it = it->second.id == id ? e.timers.erase(it) : std::next(it);
 }
@@ -509,7 +665,7 @@ void after(CmId* id, std::chrono::milliseconds delay, std::function<void(CmId*)>
 }
 
 void disconnected(CmId* id) {
-  close_connection(id);
+  leave_link(id, false);
   fail_qp(id);
   id->state = IdState::kDisconnected;
   post_event(id, RDMA_CM_EVENT_DISCONNECTED, 0);
@@ -518,30 +674,48 @@ void disconnected(CmId* id) {
 }
 
 int start_connect(CmId* id) {
-  id->sock = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (id->sock < 0) return errno;
-  wire::tune_socket(id->sock);
+  Engine& e = engine();
+  ensure_started(e);
+  const LinkKey key = key_of(id);
+  if (auto found = e.reusable_links.find(key); found != e.reusable_links.end()) {
+    attach(e, id, found->second);
+    id->on_reused_link = true;
+    const Watch& w = e.watches.at(found->second);
+    if (!w.connecting) take_link_source(id, w);
+    send_msg(id, id->request);
+    return 0;
+  }
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return errno;
+  tune_link(fd);
   sockaddr_in src = id->id.route.addr.src_sin;
   src.sin_port = 0;
-  bind(id->sock, reinterpret_cast<sockaddr*>(&src), sizeof src);
-  const bool at_once = connect(id->sock, &id->id.route.addr.dst_addr, sizeof(sockaddr_in)) == 0;
+  bind(fd, reinterpret_cast<sockaddr*>(&src), sizeof src);
+  const bool at_once = connect(fd, &id->id.route.addr.dst_addr, sizeof(sockaddr_in)) == 0;
   if (!at_once && errno != EINPROGRESS) {
     const int err = errno;
-    close(id->sock);
-    id->sock = -1;
+    close(fd);
     return err;
   }
-  // A connection on this host is usually made before connect() returns: send the request
-  // from this thread rather than wake the CM thread to do it.
-  pollfd ready{id->sock, POLLOUT, 0};
+  // A connection on this host is usually made before connect() returns: the request goes
+  // from this thread rather than wake the CM thread to send it.
+  pollfd ready{fd, POLLOUT, 0};
   const bool made = at_once || poll(&ready, 1, 0) == 1;
-  watch(id, !made);
+  Watch& w = new_watch(e, fd, made ? kLinkEvents : kLinkEvents | EPOLLOUT);
+  w.room_wanted = !made;
+  w.active = w.connecting = w.reusable = true;
+  w.key = key;
+  std::memcpy(&w.peer, &id->id.route.addr.dst_sin, sizeof w.peer);
+  e.reusable_links[key] = fd;
+  attach(e, id, fd);
+  id->on_reused_link = false;
+  send_msg(id, id->request);  // queued until the connection is made
   if (made) {
     // Ready with an error (refused) shows as POLLERR; only then is the error worth a call.
     if (ready.revents & (POLLERR | POLLHUP))
-      on_connect_finished(engine(), id, id->sock);
+      on_connect_finished(e, fd);
     else
-      on_connect_done(engine(), id, id->sock, 0);
+      on_connect_done(e, fd, 0);
   }
   return 0;
 }
@@ -558,17 +732,23 @@ void fail_qp(CmId* id) {
   if (id->rc_qpn) softrdma_qp_error(id->rc_qpn);
 }
 
-bool send_msg(CmId* id, const CmMsg& m) {
-  return id->sock >= 0 && send(id->sock, &m, sizeof m, MSG_NOSIGNAL) == sizeof m;
+bool send_msg(CmId* id, CmMsg m) {
+  if (!id->conn) return false;
+  m.conn = id->conn;
+  return send_on(engine(), id->sock, m);
 }
 
-void close_connection(CmId* id) {
+void leave_link(CmId* id, bool tell_peer) {
+  if (!id->conn) return;
   Engine& e = engine();
-  if (id->sock >= 0) {
-    if (e.watches.erase(id->sock)) epoll_ctl(e.epfd, EPOLL_CTL_DEL, id->sock, nullptr);
-    close(id->sock);
-    id->sock = -1;
-  }
+  if (tell_peer) send_msg(id, make_msg(MsgType::kGone));
+  auto it = e.watches.find(id->sock);
+  const int fd = id->sock;
+  id->sock = -1;
+  id->conn = 0;
+  if (it == e.watches.end()) return;
+  std::erase_if(it->second.conns, [id](const auto& entry) { return entry.second == id; });
+  retire_if_idle(e, fd);
 }
 
 }  // namespace softrdma::cm

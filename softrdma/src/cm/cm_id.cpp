@@ -76,6 +76,12 @@ bool is_wildcard(const sockaddr* a) {
          reinterpret_cast<const sockaddr_in*>(a)->sin_addr.s_addr == htonl(INADDR_ANY);
 }
 
+// In a handshake the peer's end waits for an answer this end will not give now.
+bool peer_may_wait(IdState state) {
+  return state == IdState::kConnecting || state == IdState::kAwaitEstablish ||
+         state == IdState::kAccepting;
+}
+
 // Drops events of `id` that the application has not taken yet (the id is going away).
 void drop_queued_events(CmId* id) {
   EventChannel* ch = id->channel;
@@ -136,9 +142,10 @@ SOFTRDMA_EXPORT int rdma_destroy_id(rdma_cm_id* cm_id) {
       send_msg(id, rej);
       release_backlog_slot(id);
     }
+    leave_link(id, peer_may_wait(id->state));
     unwatch(id);
     leave_all_groups(id);
-    if (id->sock >= 0) close(id->sock);
+    if (id->sock >= 0) close(id->sock);  // a listener's or a bound id's own socket
     id->sock = -1;
     id->state = IdState::kDestroying;
   }
@@ -179,7 +186,7 @@ SOFTRDMA_EXPORT int rdma_listen(rdma_cm_id* cm_id, int backlog) {
   if (listen(id->sock, SOMAXCONN) != 0) return fail(errno);
   id->backlog = backlog > 0 ? backlog : SOMAXCONN;
   id->state = IdState::kListening;
-  watch(id, false);
+  watch_listener(id);
   return 0;
 }
 
@@ -289,7 +296,7 @@ SOFTRDMA_EXPORT int rdma_connect(rdma_cm_id* cm_id, rdma_conn_param* param) {
     id->request = req;
     id->retry_count = req.retry_count;
     id->rnr_retry_count = req.rnr_retry_count;
-    if (id->sock >= 0) close(id->sock);
+    if (id->sock >= 0) close(id->sock);  // bound by rdma_bind_addr: links bind their own
     id->sock = -1;
     id->refused_until = std::chrono::steady_clock::now() + kRefusedGrace;
     // Connecting before the request can go out: start_connect may send it (and see it fail) now.
@@ -300,7 +307,7 @@ SOFTRDMA_EXPORT int rdma_connect(rdma_cm_id* cm_id, rdma_conn_param* param) {
     }
     after(id, kConnectTimeout, [](CmId* i) {
       if (i->state != IdState::kConnecting) return;
-      close_connection(i);
+      leave_link(i, true);
       i->state = IdState::kRouteResolved;
       post_event(i, RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT);
     });
@@ -328,17 +335,16 @@ SOFTRDMA_EXPORT int rdma_accept(rdma_cm_id* cm_id, rdma_conn_param* param) {
     gid_of(&cm_id->route.addr.src_addr, rep.gid);
     release_backlog_slot(id);
     if (!send_msg(id, rep)) {
-      close_connection(id);
+      leave_link(id, false);
       id->state = IdState::kDisconnected;
       return fail(ECONNRESET);
     }
     if (ud) {
-      close_connection(id);  // SIDR has no further messages
+      leave_link(id, false);  // SIDR has no further messages
       id->state = IdState::kConnected;
       return 0;
     }
     id->state = IdState::kAccepting;
-    handshake_started(id);
   }
   return id->synchronous ? expect_event(id, RDMA_CM_EVENT_ESTABLISHED, 60000) : 0;
 }
@@ -355,7 +361,7 @@ SOFTRDMA_EXPORT int rdma_reject(rdma_cm_id* cm_id, const void* private_data,
   if (rej.private_len) std::memcpy(rej.private_data, private_data, rej.private_len);
   send_msg(id, rej);
   release_backlog_slot(id);
-  close_connection(id);
+  leave_link(id, false);
   id->state = IdState::kDisconnected;
   return 0;
 }
@@ -366,7 +372,7 @@ SOFTRDMA_EXPORT int rdma_disconnect(rdma_cm_id* cm_id) {
   switch (id->state) {
     case IdState::kConnected:
       if (is_ud(id)) {
-        close_connection(id);
+        leave_link(id, false);
         id->state = IdState::kDisconnected;
         return 0;
       }
@@ -377,14 +383,13 @@ SOFTRDMA_EXPORT int rdma_disconnect(rdma_cm_id* cm_id) {
       }
       fail_qp(id);
       id->state = IdState::kDisconnecting;
-      handshake_started(id);
       return 0;
     case IdState::kDisconnecting:
       return 0;  // already on its way
     case IdState::kAccepting:
     case IdState::kAwaitEstablish:
     case IdState::kConnecting:
-      close_connection(id);
+      leave_link(id, true);
       id->state = IdState::kDisconnected;
       return 0;
     case IdState::kDisconnected:

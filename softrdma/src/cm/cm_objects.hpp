@@ -33,7 +33,12 @@ struct EventChannel {
   rdma_event_channel channel;  // first: {int fd}, readable while events wait
   std::mutex mutex;
   std::condition_variable arrived;  // for synchronous ids, which wait without the fd
-  std::deque<Event*> queue;  // the eventfd's count equals its length (both change under mutex)
+  // The eventfd's count plus `unsignalled` equals the queue's length (all change under
+  // mutex). Events a thread posts while it serves the sockets waiting for this channel
+  // (serving_wait.hpp) are not signalled: it takes one of them itself at once, and
+  // signals the rest before it returns.
+  std::deque<Event*> queue;
+  uint64_t unsignalled = 0;
   // Threads blocked in rdma_get_cm_event. As with the kernel's channel, a reader inside when
   // the channel is destroyed waits for ever (rping's event thread relies on it); the channel's
   // memory then stays for it.
@@ -66,7 +71,11 @@ struct CmId {
   EventChannel* channel = nullptr;
   bool synchronous = false;
   IdState state = IdState::kIdle;
-  int sock = -1;               // listening socket, or the connection's socket
+  int sock = -1;      // a listener's or bound id's socket, or the link a connection travels on
+  uint32_t conn = 0;  // the connection's number on that link (0: not on a link)
+  // The request went on a link made for an earlier connection: if the link turns out
+  // gone before an answer (its passive side closed it meanwhile), a new one is made.
+  bool on_reused_link = false;
   CmId* listener = nullptr;    // children: the listening id, while their request is pending
   std::vector<CmId*> pending;  // listeners: children whose request is not answered yet
   int backlog = 0;
@@ -129,8 +138,8 @@ void leave_all_groups(CmId* id);
 /// Synchronous ids: waits for the next event of `id`; returns it, or nullptr on timeout.
 Event* wait_event(CmId* id, int timeout_ms);
 
-/// Takes one from the channel's eventfd count for an event leaving the queue (the caller
-/// holds ch->mutex), unless the application read the fd itself.
+/// Takes one from the channel's count for an event leaving the queue (the caller holds
+/// ch->mutex): an unsignalled one first, else from the eventfd.
 void consume_count(EventChannel* ch);
 
 }  // namespace softrdma::cm

@@ -1,7 +1,8 @@
 // The connection manager's messages between hosts. A listening rdma_cm_id is a TCP
-// listener on the same port number (per network namespace); a connection's messages travel
-// on one TCP connection that lives as long as the connection, so a peer that disconnects
-// or dies is seen at once.
+// listener on the same port number (per network namespace). One TCP connection, a link,
+// carries the messages of every connection a process makes to one listener: the active
+// side numbers its connections on the link, and each message names its connection. A peer
+// that dies closes the link, and every connection on it ends at once.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +25,7 @@ enum class MsgType : uint8_t {
   kSidrReq = 6,  // UD "connect": ask for the service's QP number and qkey
   kSidrRep = 7,  // UD answer
   kDrep = 8,     // disconnect acknowledged: the initiator of a disconnect is told now
+  kGone = 9,     // the sender's end left a connection being set up (destroyed, abandoned)
 };
 
 struct CmMsg {
@@ -32,6 +34,7 @@ struct CmMsg {
   uint8_t port_space_udp;  // 1 for RDMA_PS_UDP
   uint8_t private_len;
   uint8_t reject_status;
+  uint32_t conn;  // the connection's number on its link, chosen by the active side (not 0)
   uint32_t qpn;
   uint32_t psn;
   uint32_t qkey;
@@ -45,7 +48,7 @@ struct CmMsg {
   uint8_t gid[16];
   uint8_t private_data[kMaxPrivateData];
 };
-static_assert(sizeof(CmMsg) == 240, "the CM message format is fixed");
+static_assert(sizeof(CmMsg) == 244, "the CM message format is fixed");
 
 /// A message of `type` with every other field zero.
 inline CmMsg make_msg(MsgType type) {
@@ -57,8 +60,8 @@ inline CmMsg make_msg(MsgType type) {
 
 /// True when a received message is well formed.
 inline bool valid(const CmMsg& m) {
-  return m.magic == kCmMagic && m.type >= MsgType::kReq && m.type <= MsgType::kDrep &&
-         m.private_len <= kMaxPrivateData;
+  return m.magic == kCmMagic && m.type >= MsgType::kReq && m.type <= MsgType::kGone &&
+         m.conn != 0 && m.private_len <= kMaxPrivateData;
 }
 
 }  // namespace softrdma::cm

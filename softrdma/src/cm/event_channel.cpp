@@ -41,11 +41,31 @@ void fill_params(Event& e, CmId* id, const CmMsg& m) {
 }  // namespace
 
 void consume_count(EventChannel* ch) {
-  // The count equals the queue's length (both change under ch->mutex), so this read of a
-  // semaphore eventfd finds it non-zero and does not block.
+  if (ch->unsignalled != 0) {
+    --ch->unsignalled;
+    return;
+  }
+  // The eventfd's count covers the rest of the queue, so this read of a semaphore eventfd
+  // finds it non-zero and does not block.
   uint64_t count;
   [[maybe_unused]] ssize_t n = read(ch->channel.fd, &count, sizeof count);
 }
+
+namespace {
+
+// The channel this thread waits for while it serves the CM's sockets: what it posts there
+// it will take itself, so nobody needs waking (the eventfd's write and read are skipped).
+thread_local const EventChannel* t_serving_for = nullptr;
+
+// Makes the eventfd count every event still queued, before the serving thread returns.
+void signal_the_rest(EventChannel* ch) {
+  if (ch->unsignalled == 0) return;
+  [[maybe_unused]] ssize_t n = write(ch->channel.fd, &ch->unsignalled, sizeof ch->unsignalled);
+  ch->unsignalled = 0;
+  ch->arrived.notify_all();  // another thread may wait for this channel too
+}
+
+}  // namespace
 
 namespace {
 
@@ -88,6 +108,10 @@ void enqueue(CmId* id, Event* e) {
   {
     std::lock_guard lock(ch->mutex);
     ch->queue.push_back(e);
+    if (ch == t_serving_for) {
+      ++ch->unsignalled;
+      return;  // nobody to wake: the thread that waits for it posted it
+    }
     const uint64_t one = 1;
     [[maybe_unused]] ssize_t n = write(ch->channel.fd, &one, sizeof one);
   }
@@ -184,12 +208,14 @@ SOFTRDMA_EXPORT int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event
     }
   }
   ++ch->waiters;
-  // Serve the channel's sockets while waiting (serving_wait.hpp); rounds that bring no event
+  // Serve the CM's sockets while waiting (serving_wait.hpp); rounds that bring no event
   // leave the rest of the wait to the CM thread.
   const int fd = channel->fd;
   for (int round = 0; round < kServedRounds && ch->queue.empty() && !ch->destroyed; ++round) {
     lock.unlock();
-    const bool served = serve_channel_once(ch, fd);
+    t_serving_for = ch;
+    const bool served = serve_sockets_once(fd);
+    t_serving_for = nullptr;
     lock.lock();
     if (!served) break;
   }
@@ -198,6 +224,7 @@ SOFTRDMA_EXPORT int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event
   if (ch->destroyed) ch->arrived.wait(lock, [] { return false; });  // never returns
   --ch->waiters;
   Event* e = take_front(ch);
+  signal_the_rest(ch);
   lock.unlock();
   rdma_cm_id* counted = e->event.event == RDMA_CM_EVENT_CONNECT_REQUEST && e->event.listen_id
                             ? e->event.listen_id
