@@ -63,6 +63,13 @@ class RawLink {
   bool connected() const { return connected_; }
   bool Send(const void* bytes, size_t n) { return write_all(fd_, bytes, n); }
   bool Receive(cm::CmMsg* m) { return read_all(fd_, m, sizeof *m, kTimeout); }
+  // True once the peer hung up (reset, or closed with nothing left to read), within the
+  // timeout; reads nothing.
+  bool HungUp() {
+    pollfd p{fd_, POLLRDHUP, 0};
+    return poll(&p, 1, static_cast<int>(kTimeout.count())) == 1 &&
+           (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+  }
   // True once the peer closed the connection (EOF), within the timeout.
   bool ClosedByPeer() {
     char byte;
@@ -231,6 +238,8 @@ TEST_F(CmLink, APeerThatLeavesTooMuchUnreadIsCutOff) {
   const std::vector<cm::CmMsg> requests = numbered_requests(kRequests);
   // The link may be cut before it read every request: a write that fails then is fine.
   raw.Send(requests.data(), requests.size() * sizeof(cm::CmMsg));
+  // Nothing is read until the link is cut, so that the answers do pile up.
+  ASSERT_TRUE(raw.HungUp()) << "the link held on to the peer's unread answers";
   uint32_t answers = 0;
   for (cm::CmMsg answer{}; raw.Receive(&answer); ++answers)
     ASSERT_EQ(answer.type, cm::MsgType::kRej);

@@ -29,6 +29,8 @@ constexpr size_t kIdleLinksKept = 16;
 
 // Messages a link holds for a peer that does not read them before it is cut off.
 constexpr size_t kMaxQueuedBytes = size_t{1} << 20;
+// What one turn reads from a link at most.
+constexpr size_t kReadPerTurn = 64 << 10;
 // A link's send buffer: CM messages are small, and a link lives as long as its process;
 // autotuning would let an idle link's buffer grow to megabytes of kernel memory.
 constexpr int kLinkSendBuffer = 64 << 10;
@@ -63,6 +65,7 @@ struct Watch {
   std::vector<uint8_t> in;          // received bytes of a message not yet whole
   std::vector<uint8_t> out;         // messages the socket had no room for yet
   bool room_wanted = false;         // watched for EPOLLOUT
+  bool cut = false;                 // its peer left too much unread: it is being reset
 };
 
 struct Timer {
@@ -186,8 +189,14 @@ bool send_on(Engine& e, int fd, const CmMsg& m) {
   auto it = e.watches.find(fd);
   if (it == e.watches.end()) return false;
   Watch& w = it->second;
+  if (w.cut) return false;
   if (w.out.size() + sizeof m > kMaxQueuedBytes) {
-    shutdown(fd, SHUT_RDWR);  // reading finds it broken and ends its connections
+    // Reset, not closed: nothing more is owed to this peer. The next turn on the socket
+    // ends the link and its connections (not here: the caller may be in the middle of one).
+    w.cut = true;
+    const linger reset{1, 0};
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+    shutdown(fd, SHUT_RDWR);
     return false;
   }
   const auto* bytes = reinterpret_cast<const uint8_t*>(&m);
@@ -468,14 +477,18 @@ void dispatch(Engine& e, int fd, Watch& w, const CmMsg& m) {
 
 void on_readable(Engine& e, int fd) {
   Watch& w = e.watches.at(fd);
+  if (w.cut) return link_broken(e, fd);
   uint8_t buf[4096];
   bool lost = false;
-  for (;;) {
-    ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+  // A turn takes at most kReadPerTurn bytes: a peer that floods its link does not hold up
+  // the others (the socket stays readable, level-triggered, for the next turn).
+  for (size_t taken = 0; taken < kReadPerTurn;) {
+    const ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
     if (n > 0) {
       w.in.insert(w.in.end(), buf, buf + n);
+      taken += static_cast<size_t>(n);
       // A short read took all there was: what comes later (or the peer's close) leaves the
-      // socket readable for the next wait, which watches it level-triggered.
+      // socket readable for the next wait.
       if (static_cast<size_t>(n) < sizeof buf) break;
       continue;
     }
@@ -484,12 +497,20 @@ void on_readable(Engine& e, int fd) {
   }
   // Whole messages first: a peer may send DREQ and close at once. Each may end
   // connections, and the link with the last of them, so the watch is looked up anew.
-  for (auto it = e.watches.find(fd); it != e.watches.end() && it->second.in.size() >= sizeof(CmMsg);
-       it = e.watches.find(fd)) {
+  size_t used = 0;
+  for (auto it = e.watches.find(fd); it != e.watches.end(); it = e.watches.find(fd)) {
     Watch& cur = it->second;
+    if (cur.cut) {
+      lost = true;
+      break;
+    }
+    if (cur.in.size() - used < sizeof(CmMsg)) {
+      cur.in.erase(cur.in.begin(), cur.in.begin() + static_cast<ptrdiff_t>(used));
+      break;
+    }
     CmMsg m;
-    std::memcpy(&m, cur.in.data(), sizeof m);
-    cur.in.erase(cur.in.begin(), cur.in.begin() + sizeof m);
+    std::memcpy(&m, cur.in.data() + used, sizeof m);
+    used += sizeof m;
     if (!valid(m)) {
       SOFTRDMA_DEBUG_LOG("malformed CM message: link closed");
       lost = true;
