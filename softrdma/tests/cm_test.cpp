@@ -42,8 +42,9 @@ struct Report {
   int32_t event = -1;     // the event it got (-1: none)
   int32_t status = 0;     // that event's status
   int32_t retry_event = -1;
-  int64_t elapsed_ms = 0;  // from the call to its event
-  uint32_t qpn = 0;        // the child's QP
+  int64_t elapsed_ms = 0;    // from the call to its event
+  uint32_t qpn = 0;          // the child's QP
+  uint32_t sources[2] = {};  // addresses a resolve found (network order)
 };
 
 /// This program, started again as a child in `role`; always reaped (ReapedChild).
@@ -812,6 +813,20 @@ TEST_F(CmMisc, EachResolveFindsTheSourceThatReachesItsDestination) {
   }
 }
 
+TEST_F(CmMisc, AResolveAfterARouteChangeFindsTheNewSource) {
+  ChildProcess child;
+  ASSERT_TRUE(child.Start("route_change", free_port()));
+  Report r;
+  ASSERT_TRUE(child.Receive(&r, Millis{8000})) << "no report";
+  EXPECT_EQ(child.Wait(), 0);
+  if (r.setup_err)
+    GTEST_SKIP() << "cannot make a network namespace: unshare(CLONE_NEWNET): "
+                 << std::strerror(r.setup_err);
+  ASSERT_EQ(r.ok, 1);
+  EXPECT_EQ(r.sources[0], inet_addr("127.0.0.1"));
+  EXPECT_EQ(r.sources[1], inet_addr("10.7.7.7")) << "the route's new source was not found";
+}
+
 TEST_F(CmMisc, EventStrNamesEveryEvent) {
   const std::pair<rdma_cm_event_type, const char*> names[] = {
       {RDMA_CM_EVENT_ADDR_RESOLVED, "RDMA_CM_EVENT_ADDR_RESOLVED"},
@@ -888,6 +903,52 @@ TEST_F(CmMisc, RsocketIsNotImplemented) {
   EXPECT_EQ(errno, ENOSYS);
 }
 
+/// In a network namespace of its own: the source a resolve finds towards 192.0.2.1, then
+/// the one it finds once the route there names another (sources found are kept until the
+/// kernel announces a change, which the CM thread a listener starts watches for).
+int child_route_change(int fd, uint16_t port) {
+  Report r;
+  if (unshare(CLONE_NEWNET) != 0) {
+    r.setup_err = errno;
+    write_all(fd, &r, sizeof r);
+    return 0;
+  }
+  if (std::system("ip link set lo up && ip route add 192.0.2.0/24 dev lo src 127.0.0.1") != 0)
+    return child_fail(fd, r, "ip route add");
+  rdma_event_channel* ch = rdma_create_event_channel();
+  rdma_cm_id* listener = nullptr;
+  sockaddr_in addr = loopback(port);
+  if (!ch || rdma_create_id(ch, &listener, nullptr, RDMA_PS_TCP) != 0 ||
+      rdma_bind_addr(listener, as_sockaddr(&addr)) != 0 || rdma_listen(listener, 1) != 0)
+    return child_fail(fd, r, "listen");
+  auto source = [&]() -> uint32_t {
+    rdma_cm_id* id = nullptr;
+    sockaddr_in dst = loopback(9);
+    dst.sin_addr.s_addr = htonl(0xc0000201);  // 192.0.2.1 (TEST-NET-1)
+    if (rdma_create_id(ch, &id, nullptr, RDMA_PS_TCP) != 0 ||
+        rdma_resolve_addr(id, nullptr, as_sockaddr(&dst), kResolveTimeoutMs) != 0 ||
+        !child_expect(ch, RDMA_CM_EVENT_ADDR_RESOLVED, r))
+      return 0;
+    return reinterpret_cast<sockaddr_in*>(rdma_get_local_addr(id))->sin_addr.s_addr;
+  };
+  r.sources[0] = source();
+  source();  // found again, from what was kept
+  if (std::system("ip addr add 10.7.7.7/32 dev lo && "
+                  "ip route replace 192.0.2.0/24 dev lo src 10.7.7.7") != 0)
+    return child_fail(fd, r, "ip route replace");
+  // The CM thread hears of the change within microseconds; until then the old source may
+  // still be found, as just before the change.
+  const auto deadline = Clock::now() + Millis{2000};
+  for (;;) {
+    r.sources[1] = source();
+    if (r.sources[1] != r.sources[0] || Clock::now() >= deadline) break;
+    std::this_thread::sleep_for(Millis{10});
+  }
+  r.ok = 1;
+  write_all(fd, &r, sizeof r);
+  return 0;
+}
+
 }  // namespace
 
 /// The child roles: `<program> --cm-child <role> <report fd> <port>`.
@@ -900,6 +961,7 @@ int child_main(int argc, char** argv) {
   if (role == "two_clients") return child_client(fd, port, 2);
   if (role == "server") return child_server(fd, port);
   if (role == "unroutable") return child_unroutable(fd);
+  if (role == "route_change") return child_route_change(fd, port);
   return 2;
 }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cm/cm_context.hpp"
+#include "cm/route_lookup.hpp"
 #include "common/background_thread.hpp"
 #include "common/current_pid.hpp"
 #include "common/log.hpp"
@@ -85,9 +86,10 @@ constexpr std::chrono::milliseconds kLongWait{20};
 
 struct Engine {
   std::mutex mutex;
-  int epfd = -1;     // what the CM thread sleeps on: wake_fd, and `sockets` while it has them
-  int sockets = -1;  // an epoll set of every CM socket
-  int wake_fd = -1;  // an eventfd that interrupts epoll_wait when it must wake sooner
+  int epfd = -1;      // what the CM thread sleeps on: wake_fd, and `sockets` while it has them
+  int sockets = -1;   // an epoll set of every CM socket
+  int wake_fd = -1;   // an eventfd that interrupts epoll_wait when it must wake sooner
+  int route_fd = -1;  // readable when routes or addresses changed (route_lookup.hpp)
   bool thread_has_sockets = true;   // `sockets` is in epfd
   int claimed = 0;                  // threads waiting for an event that serve `sockets`
   Clock::time_point claimed_at{};   // when `claimed` last left 0
@@ -131,6 +133,8 @@ void ensure_started(Engine& e) {
   e.wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   epoll_add(e.epfd, e.wake_fd, EPOLLIN);
   epoll_add(e.epfd, e.sockets, EPOLLIN);
+  e.route_fd = watch_route_changes();
+  if (e.route_fd >= 0) epoll_add(e.epfd, e.route_fd, EPOLLIN);
   start_background_thread("softrdma-cm", loop);
 }
 
@@ -571,7 +575,7 @@ int hand_back_if_due(Engine& e) {
 
 void loop() {
   Engine& e = engine();
-  epoll_event events[2];
+  epoll_event events[3];
   for (;;) {
     int timeout = -1;
     {
@@ -589,7 +593,7 @@ void loop() {
         e.sleeps_until = Clock::now() + kHandBackAfter;
       }
     }
-    const int n = epoll_wait(e.epfd, events, 2, timeout);
+    const int n = epoll_wait(e.epfd, events, 3, timeout);
     std::lock_guard lock(e.mutex);
     while (!e.timers.empty() && e.timers.begin()->first <= Clock::now()) {
       Timer t = e.timers.begin()->second;
@@ -600,6 +604,8 @@ void loop() {
       if (events[i].data.fd == e.wake_fd) {
         uint64_t count;
         [[maybe_unused]] ssize_t r = read(e.wake_fd, &count, sizeof count);
+      } else if (events[i].data.fd == e.route_fd) {
+        routes_changed();
       } else if (e.thread_has_sockets) {
         serve_ready_sockets();
       }

@@ -3,7 +3,6 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <algorithm>
@@ -14,8 +13,8 @@
 #include "cm/cm_context.hpp"
 #include "cm/cm_engine.hpp"
 #include "cm/cm_objects.hpp"
+#include "cm/route_lookup.hpp"
 #include "cm/sync_wait.hpp"
-#include "common/current_pid.hpp"
 #include "common/export.hpp"
 
 namespace softrdma::cm {
@@ -190,31 +189,7 @@ SOFTRDMA_EXPORT int rdma_listen(rdma_cm_id* cm_id, int backlog) {
   return 0;
 }
 
-namespace {
-
-// The local address that reaches `target`, by the route lookup of a UDP connect (which
-// sends nothing); 0 or an errno. One socket serves the process's lookups (caller holds
-// cm_mutex): disconnecting it (AF_UNSPEC) lets the next connect choose its source anew,
-// and costs less than a socket made and closed per lookup. A forked child makes its own.
-int route_source(const sockaddr_in& target, sockaddr_in* source) {
-  static int probe = -1;
-  static pid_t owner = 0;
-  if (owner != softrdma::current_pid()) {
-    if (probe >= 0) close(probe);  // the parent's: shared with it
-    probe = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    owner = softrdma::current_pid();
-  }
-  if (probe < 0) return errno;
-  sockaddr none{};
-  none.sa_family = AF_UNSPEC;
-  connect(probe, &none, sizeof none);
-  if (connect(probe, reinterpret_cast<const sockaddr*>(&target), sizeof target) != 0) return errno;
-  socklen_t len = sizeof *source;
-  getsockname(probe, reinterpret_cast<sockaddr*>(source), &len);
-  return 0;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 SOFTRDMA_EXPORT int rdma_resolve_addr(rdma_cm_id* cm_id, sockaddr* src, sockaddr* dst,
                                       int timeout_ms) {
