@@ -923,13 +923,15 @@ int child_route_change(int fd, uint16_t port) {
     return child_fail(fd, r, "listen");
   auto source = [&]() -> uint32_t {
     rdma_cm_id* id = nullptr;
+    if (rdma_create_id(ch, &id, nullptr, RDMA_PS_TCP) != 0) return 0;
     sockaddr_in dst = loopback(9);
     dst.sin_addr.s_addr = htonl(0xc0000201);  // 192.0.2.1 (TEST-NET-1)
-    if (rdma_create_id(ch, &id, nullptr, RDMA_PS_TCP) != 0 ||
-        rdma_resolve_addr(id, nullptr, as_sockaddr(&dst), kResolveTimeoutMs) != 0 ||
-        !child_expect(ch, RDMA_CM_EVENT_ADDR_RESOLVED, r))
-      return 0;
-    return reinterpret_cast<sockaddr_in*>(rdma_get_local_addr(id))->sin_addr.s_addr;
+    uint32_t found = 0;
+    if (rdma_resolve_addr(id, nullptr, as_sockaddr(&dst), kResolveTimeoutMs) == 0 &&
+        child_expect(ch, RDMA_CM_EVENT_ADDR_RESOLVED, r))
+      found = reinterpret_cast<sockaddr_in*>(rdma_get_local_addr(id))->sin_addr.s_addr;
+    rdma_destroy_id(id);
+    return found;
   };
   r.sources[0] = source();
   source();  // found again, from what was kept
@@ -946,6 +948,8 @@ int child_route_change(int fd, uint16_t port) {
   }
   r.ok = 1;
   write_all(fd, &r, sizeof r);
+  rdma_destroy_id(listener);
+  rdma_destroy_event_channel(ch);
   return 0;
 }
 
