@@ -189,8 +189,6 @@ SOFTRDMA_EXPORT int rdma_listen(rdma_cm_id* cm_id, int backlog) {
   return 0;
 }
 
-namespace {}  // namespace
-
 SOFTRDMA_EXPORT int rdma_resolve_addr(rdma_cm_id* cm_id, sockaddr* src, sockaddr* dst,
                                       int timeout_ms) {
   CmId* id = to_id(cm_id);

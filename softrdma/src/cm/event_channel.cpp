@@ -65,10 +65,6 @@ void signal_the_rest(EventChannel* ch) {
   ch->arrived.notify_all();  // another thread may wait for this channel too
 }
 
-}  // namespace
-
-namespace {
-
 // Channels alive. A thread that enters rdma_get_cm_event on a channel another
 // thread has destroyed finds it missing here and waits for ever: with the kernel's channel it
 // would either be inside read() already (and wait for ever) or read a closed fd, and
