@@ -36,8 +36,7 @@ void ProcessLock::lock_slow() {
     if (seen == 0 && take(0)) return;
     __builtin_ia32_pause();
   }
-  waiters_.fetch_add(1, std::memory_order_seq_cst);
-  heavy_fence();  // pairs with unlock's light fence (see there)
+  waiters_.fetch_add(1, std::memory_order_seq_cst);  // before the word is looked at (unlock)
   for (;;) {
     const uint32_t seen = word_.load(std::memory_order_seq_cst);
     if ((seen == 0 || owner_gone(seen)) && take(seen)) break;

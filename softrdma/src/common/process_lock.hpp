@@ -5,15 +5,17 @@
 // process gone takes the lock over, so a process killed inside a critical section does not
 // wedge the host. Waiters sleep on a futex, never spin for long.
 //
-// Unlocking is a plain store followed by a look at the waiters' count; the waiter makes
-// that safe with a heavy fence (common/asymmetric_fence.hpp) after counting itself, so an
-// uncontended lock and unlock cost one locked instruction, not two.
+// Unlocking is a sequentially consistent store followed by a look at the waiters' count, and
+// a waiter counts itself before it looks at the word (Dekker's pattern, full fences on both
+// sides): one of the two sees the other. A waiter used to make a heavy fence instead
+// (membarrier(2)), sparing the unlock its locked instruction, but a lock that is contended
+// at all is contended often (a QP's send queue, posted to by the application and completed
+// by the threads reading answers), and that fence interrupts every CPU of the host each time.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 
-#include "common/asymmetric_fence.hpp"
 #include "common/current_pid.hpp"
 
 namespace softrdma {
@@ -30,9 +32,9 @@ class ProcessLock {
                                          std::memory_order_acquire, std::memory_order_relaxed);
   }
   void unlock() {
-    store_then_fence(word_, 0u);
-    // A waiter counts itself, fences, then looks at the word: it sees this release, or this
-    // load sees it counted.
+    word_.store(0, std::memory_order_seq_cst);
+    // A waiter counts itself, then looks at the word: it sees this store, or this load sees
+    // it counted.
     if (waiters_.load(std::memory_order_seq_cst) != 0) wake_one();
   }
 
