@@ -3,7 +3,12 @@
 // call, not a recv per link beside an epoll_wait for the inbound connections (a system call
 // costs 1-2 µs in this guest). A process with links only reads them directly: the recv that
 // finds nothing is then the one call, and the one that finds an answer takes it at once.
-// The library's threads keep their own ways of waiting.
+// Even that call costs many times the rest of a poll, and an application that busy-polls
+// makes it millions of times a second, so a thread looks at the sockets on every
+// kLookEvery-th poll only (the first of a run included): across two hosts that made
+// `ib_send_lat` 12.1 -> 10.6 us and `ib_write_bw` 64 KiB 14% faster, where looking on every
+// 32nd poll made both latencies about 1 us slower again. The library's threads keep their
+// own ways of waiting, so what a thread's polls do not take is still served.
 #pragma once
 
 #include <atomic>
@@ -28,11 +33,18 @@ void unwatch_for_polls(int fd);
 /// Sockets in the set (of this process; a forked child starts again).
 inline std::atomic<size_t> watched_for_polls{0};
 
+inline constexpr unsigned kLookEvery = 8;
+static_assert((kLookEvery & (kLookEvery - 1)) == 0, "counted by masking");
+/// Polls of this thread since its first (only their order matters).
+inline thread_local unsigned t_polls = 0;
+
 Arrivals arrivals_now();
-/// What has arrived on the process's sockets, without waiting; nothing, without a system
-/// call, in a process that has none; "look at the links" in one without inbound connections.
+/// What has arrived on the process's sockets, without waiting, on one poll of each
+/// kLookEvery of this thread (nothing on the others); nothing, without a system call, in a
+/// process that has no sockets; "look at the links" in one without inbound connections.
 inline Arrivals arrivals() {
   if (watched_for_polls.load(std::memory_order_relaxed) == 0) return {};
+  if ((t_polls++ & (kLookEvery - 1)) != 0) return {};
   if (inbound_connections.load(std::memory_order_relaxed) == 0) {
     Arrivals links_only;
     links_only.responses = true;
