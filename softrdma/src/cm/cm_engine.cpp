@@ -10,6 +10,7 @@
 #include <cstring>
 #include <map>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "cm/cm_context.hpp"
@@ -97,7 +98,11 @@ struct Engine {
   bool checking = false;            // the CM thread wakes to take the sockets back (kHandBackAfter)
   std::map<int, Watch> watches;
   std::map<LinkKey, int> reusable_links;
-  std::multimap<Clock::time_point, Timer> timers;
+  using Timers = std::multimap<Clock::time_point, Timer>;
+  Timers timers;
+  // Each id's timers: an id that goes away drops its own without a walk over everyone's
+  // (after a disconnect every id has one, for TIMEWAIT_EXIT).
+  std::unordered_multimap<CmId*, Timers::iterator> timers_of;
   // When the thread wakes by itself at the latest: a timer due later needs no wake-up (each
   // rdma_connect adds one, and waking the thread for it would cost the connection a switch).
   Clock::time_point sleeps_until = Clock::time_point::max();
@@ -110,6 +115,17 @@ Engine& engine() {
 }
 
 void loop();
+
+// Takes timer `it` out of both indexes.
+void drop_timer(Engine& e, Engine::Timers::iterator it) {
+  auto [first, last] = e.timers_of.equal_range(it->second.id);
+  for (auto i = first; i != last; ++i) {
+    if (i->second != it) continue;
+    e.timers_of.erase(i);
+    break;
+  }
+  e.timers.erase(it);
+}
 
 void epoll_add(int epfd, int fd, uint32_t events) {
   epoll_event ev{};
@@ -125,6 +141,7 @@ void ensure_started(Engine& e) {
   e.watches.clear();
   e.reusable_links.clear();
   e.timers.clear();
+  e.timers_of.clear();
   e.claimed = 0;
   e.thread_has_sockets = true;
   e.checking = false;
@@ -155,10 +172,17 @@ void set_events(Engine& e, int fd, uint32_t events) {
 
 constexpr uint32_t kLinkEvents = EPOLLIN | EPOLLRDHUP;
 
+// New connections no longer take link `w`.
+void stop_reusing(Engine& e, Watch& w) {
+  if (!w.reusable) return;
+  w.reusable = false;
+  e.reusable_links.erase(w.key);
+}
+
 void close_link(Engine& e, int fd) {
   auto it = e.watches.find(fd);
   if (it == e.watches.end()) return;
-  if (it->second.reusable) e.reusable_links.erase(it->second.key);
+  stop_reusing(e, it->second);
   epoll_ctl(e.sockets, EPOLL_CTL_DEL, fd, nullptr);
   close(fd);
   e.watches.erase(it);
@@ -313,10 +337,7 @@ bool retry_refused(CmId* id) {
   Engine& e = engine();
   if (id->conn) {
     auto it = e.watches.find(id->sock);
-    if (it != e.watches.end() && it->second.reusable) {
-      it->second.reusable = false;  // it reaches a listener that is gone
-      e.reusable_links.erase(it->second.key);
-    }
+    if (it != e.watches.end()) stop_reusing(e, it->second);  // its listener is gone
     leave_link(id, false);
   }
   after(id, std::chrono::milliseconds(20), [](CmId* i) {
@@ -597,7 +618,7 @@ void loop() {
     std::lock_guard lock(e.mutex);
     while (!e.timers.empty() && e.timers.begin()->first <= Clock::now()) {
       Timer t = e.timers.begin()->second;
-      e.timers.erase(e.timers.begin());
+      drop_timer(e, e.timers.begin());
       t.fn(t.id);
     }
     for (int i = 0; i < n; ++i) {
@@ -676,15 +697,16 @@ void unwatch(CmId* id) {
     e.watches.erase(id->sock);  // the caller closes the socket
   }
   leave_link(id, false);
-  for (auto it = e.timers.begin(); it != e.timers.end();)
-    it = it->second.id == id ? e.timers.erase(it) : std::next(it);
+  auto [first, last] = e.timers_of.equal_range(id);
+  for (auto i = first; i != last; ++i) e.timers.erase(i->second);
+  e.timers_of.erase(first, last);
 }
 
 void after(CmId* id, std::chrono::milliseconds delay, std::function<void(CmId*)> fn) {
   Engine& e = engine();
   ensure_started(e);
   const Clock::time_point due = Clock::now() + delay;
-  e.timers.emplace(due, Timer{id, std::move(fn)});
+  e.timers_of.emplace(id, e.timers.emplace(due, Timer{id, std::move(fn)}));
   if (due >= e.sleeps_until) return;
   e.sleeps_until = due;
   const uint64_t one = 1;  // the thread recomputes how long it may sleep
@@ -771,10 +793,13 @@ void leave_link(CmId* id, bool tell_peer) {
   if (tell_peer) send_msg(id, make_msg(MsgType::kGone));
   auto it = e.watches.find(id->sock);
   const int fd = id->sock;
+  const uint32_t conn = id->conn;
   id->sock = -1;
   id->conn = 0;
   if (it == e.watches.end()) return;
-  std::erase_if(it->second.conns, [id](const auto& entry) { return entry.second == id; });
+  // Both ends key a connection by the number the active side gave it.
+  auto& conns = it->second.conns;
+  if (auto c = conns.find(conn); c != conns.end() && c->second == id) conns.erase(c);
   retire_if_idle(e, fd);
 }
 
