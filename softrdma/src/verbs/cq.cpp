@@ -68,11 +68,11 @@ void to_wc(const CqEntry& e, ibv_wc& wc) {
 }
 
 // A poll in a process with sockets to other hosts (wire/arrivals.hpp), out of line: the
-// same-host poll stays short. Answers to this process's requests are taken here (on every
-// few polls of a thread), instead of by the link's reader thread woken for them; they may complete
-// something on this CQ. A poll that found nothing then executes the requests other hosts sent this
-// process's QPs (a SEND it may be waiting for), rather than wait for the serving thread to
-// be scheduled, and looks again.
+// same-host poll stays short. Answers to this process's requests are taken here (on one
+// poll in a few of each thread) instead of by the link's reader thread woken for them; they
+// may complete something on this CQ. A poll that found nothing then executes the requests
+// other hosts sent this process's QPs (a SEND it may be waiting for), rather than wait for
+// the serving thread to be scheduled, and looks again.
 [[gnu::noinline]] int poll_with_arrivals(Cq* c, int num_entries, ibv_wc* wc) {
   wire::send_deferred_answers();
   const wire::Arrivals arrived = wire::arrivals();

@@ -5,7 +5,7 @@
 // finds nothing is then the one call, and the one that finds an answer takes it at once.
 // Even that call costs many times the rest of a poll, and an application that busy-polls
 // makes it millions of times a second, so a thread looks at the sockets on every
-// kLookEvery-th poll only (the first of a run included): across two hosts that made
+// kLookEvery-th poll only (its first included): across two hosts that made
 // `ib_send_lat` 12.1 -> 10.6 us and `ib_write_bw` 64 KiB 14% faster, where looking on every
 // 32nd poll made both latencies about 1 us slower again. The library's threads keep their
 // own ways of waiting, so what a thread's polls do not take is still served.
@@ -35,12 +35,12 @@ inline std::atomic<size_t> watched_for_polls{0};
 
 inline constexpr unsigned kLookEvery = 8;
 static_assert((kLookEvery & (kLookEvery - 1)) == 0, "counted by masking");
-/// Polls of this thread since its first (only their order matters).
+/// The polls this thread has made, counted to pick every kLookEvery-th.
 inline thread_local unsigned t_polls = 0;
 
 Arrivals arrivals_now();
-/// What has arrived on the process's sockets, without waiting, on one poll of each
-/// kLookEvery of this thread (nothing on the others); nothing, without a system call, in a
+/// What has arrived on the process's sockets, without waiting, on every kLookEvery-th poll
+/// of this thread (nothing on the others); nothing, without a system call, in a
 /// process that has no sockets; "look at the links" in one without inbound connections.
 inline Arrivals arrivals() {
   if (watched_for_polls.load(std::memory_order_relaxed) == 0) return {};
