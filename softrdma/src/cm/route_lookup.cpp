@@ -19,6 +19,7 @@ struct Routes {
   // One UDP socket serves the lookups: disconnecting it (AF_UNSPEC) lets the next connect
   // choose its source anew, and costs less than a socket made and closed per lookup.
   int probe = -1;
+  int probe_error = 0;   // why `probe` could not be made
   int changes = -1;      // netlink, subscribed to route, address and link changes
   bool watched = false;  // the CM thread watches `changes`: found sources may be kept
   std::unordered_map<uint32_t, uint32_t> source_of;  // by destination, network order
@@ -34,6 +35,7 @@ Routes& routes() {
     *r = Routes{};
     r->owner = current_pid();
     r->probe = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (r->probe < 0) r->probe_error = errno;
   }
   return *r;
 }
@@ -51,7 +53,7 @@ int route_source(const sockaddr_in& target, sockaddr_in* source) {
       return 0;
     }
   }
-  if (r.probe < 0) return errno;
+  if (r.probe < 0) return r.probe_error;  // errno has moved on since
   sockaddr none{};
   none.sa_family = AF_UNSPEC;
   connect(r.probe, &none, sizeof none);
