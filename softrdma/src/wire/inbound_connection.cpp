@@ -122,6 +122,7 @@ bool InboundConnection::on_readable(bool answer_now) {
       break;  // all read: answer what was executed
     }
     filled_ += static_cast<size_t>(r);
+    received_ += static_cast<uint64_t>(r);
     if (!execute_complete()) return false;
     // A short read took all there was: asking again would only hear EAGAIN (a system call
     // on every request's path); what arrives later wakes the loop again.

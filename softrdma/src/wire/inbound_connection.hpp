@@ -50,6 +50,8 @@ class InboundConnection {
   bool release_held(HeldAcks::Clock::time_point now, bool all);
   /// Reading pauses while too many answers wait (a peer that does not read its answers).
   bool wants_read() const { return output_.size() - written_ < kMaxPendingOutput; }
+  /// Bytes read from the socket so far.
+  uint64_t received() const { return received_; }
   /// The peer has sent at least one well-formed request.
   bool authenticated() const { return authenticated_; }
   Clock::time_point accepted_at() const { return accepted_at_; }
@@ -70,6 +72,7 @@ class InboundConnection {
   std::vector<char> input_;  // [consumed_, filled_): read, not yet executed
   size_t consumed_ = 0;
   size_t filled_ = 0;
+  uint64_t received_ = 0;
   /// Drops the held acknowledgements that were carried; makes the others sendable once due
   /// at `now`, or with `all`.
   void settle_held(HeldAcks::Clock::time_point now, bool all);

@@ -87,8 +87,12 @@ class ResponderLoop {
     // another host, a system call that also runs that host's receive path) go out at the
     // next poll, after this one has returned what they completed.
     const bool answer_now = !standby_.standing_by();
-    for (int i = 0; i < arrived.requests; ++i) serve(arrived.request_fds[i], EPOLLIN, answer_now);
-    standby_.application_took();
+    bool took = false;
+    for (int i = 0; i < arrived.requests; ++i)
+      took = serve(arrived.request_fds[i], EPOLLIN, answer_now) || took;
+    // A poll that reads every connection (arrivals.hpp) mostly finds nothing: only what it
+    // took counts toward standing the thread down.
+    if (took) standby_.application_took();
     return true;
   }
 
@@ -222,10 +226,12 @@ class ResponderLoop {
     }
   }
 
-  void serve(int fd, uint32_t events, bool answer_now) {
+  // True if bytes arrived or the connection ended.
+  bool serve(int fd, uint32_t events, bool answer_now) {
     auto it = connections_.find(fd);
-    if (it == connections_.end()) return;
+    if (it == connections_.end()) return false;
     InboundConnection& c = *it->second.connection;
+    const uint64_t received_before = c.received();
     bool ok = true;
     // An error or hang-up is left for the socket calls to report: the events may be stale,
     // read before another thread served the connection, closed it, and accepted a new one
@@ -235,14 +241,16 @@ class ResponderLoop {
     if (ok && (events & EPOLLIN)) ok = c.on_readable(answer_now);
     if (!ok) {
       drop(it);
-      return;
+      return true;
     }
+    const bool took = c.received() != received_before;
     if (c.holds_acks()) list_once(holding_, fd);
     if (!answer_now && c.wants_write()) {
       list_once(deferred_, fd);
-      return;  // watched as it was until the answers go out
+      return took;  // watched as it was until the answers go out
     }
     rewatch(it);
+    return took;
   }
 
   // Adds `fd` to a list of connections with answers waiting, unless it is there already.
