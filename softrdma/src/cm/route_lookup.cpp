@@ -25,6 +25,9 @@ struct Routes {
   std::unordered_map<uint32_t, uint32_t> source_of;  // by destination, network order
 };
 
+// Destinations whose source address is remembered at most.
+constexpr size_t kMostRemembered = 4096;
+
 // A forked child makes its own sockets (the parent's are shared with it) and forgets what
 // the parent found until its own CM thread watches for changes.
 Routes& routes() {
@@ -62,7 +65,12 @@ int route_source(const sockaddr_in& target, sockaddr_in* source) {
   socklen_t len = sizeof *source;
   getsockname(r.probe, reinterpret_cast<sockaddr*>(source), &len);
   source->sin_port = 0;
-  if (r.watched) r.source_of[target.sin_addr.s_addr] = source->sin_addr.s_addr;
+  if (r.watched) {
+    // Bounded: a process that resolves ever new addresses between route changes starts
+    // the cache again rather than grow it without end.
+    if (r.source_of.size() >= kMostRemembered) r.source_of.clear();
+    r.source_of[target.sin_addr.s_addr] = source->sin_addr.s_addr;
+  }
   return 0;
 }
 
@@ -81,6 +89,10 @@ int watch_route_changes() {
   }
   r.watched = r.changes >= 0;
   return r.changes;
+}
+
+size_t remembered_sources() {
+  return routes().source_of.size();
 }
 
 void routes_changed() {

@@ -8,6 +8,8 @@
 
 #include <netinet/in.h>
 
+#include <cstddef>
+
 namespace softrdma::cm {
 
 /// The source address that reaches `target` (port 0); 0 or an errno. Caller holds
@@ -18,6 +20,9 @@ int route_source(const sockaddr_in& target, sockaddr_in* source);
 /// thread watches it from now on (found sources are kept only while it does). Caller holds
 /// cm_mutex.
 int watch_route_changes();
+/// Destinations whose source is kept now (at most a few thousand: beyond that the cache
+/// starts again).
+size_t remembered_sources();
 /// Forgets the sources found and takes what made the descriptor readable. Caller holds
 /// cm_mutex.
 void routes_changed();
