@@ -102,7 +102,7 @@ inline int AsyncQueuePair::post_alone(RecvOperation& op) noexcept {
 }
 
 template <typename Op>
-inline void AsyncQueuePair::submit_to(Op* op, List AsyncQueuePair::*posted,
+inline bool AsyncQueuePair::submit_to(Op* op, List AsyncQueuePair::*posted,
                                       List AsyncQueuePair::*pending,
                                       uint32_t AsyncQueuePair::*room) noexcept {
   ++in_flight_;
@@ -113,20 +113,51 @@ inline void AsyncQueuePair::submit_to(Op* op, List AsyncQueuePair::*posted,
     if (post_alone(*op) == 0) [[likely]] {
       --(this->*room);
       (this->*posted).push(op);
-      return;
+      return true;
     }
   }
   queue(this->*pending, op);  // a failed post fails again in flush, finishing it
+  return false;
 }
 
-void AsyncQueuePair::submit(SendOperation* op) noexcept {
-  submit_to(op, &AsyncQueuePair::posted_sends_, &AsyncQueuePair::pending_sends_,
-            &AsyncQueuePair::send_room_);
+bool AsyncQueuePair::submit(SendOperation* op) noexcept {
+  const bool posted = submit_to(op, &AsyncQueuePair::posted_sends_, &AsyncQueuePair::pending_sends_,
+                                &AsyncQueuePair::send_room_);
+  // Alone in flight on the poller's only QP (so whatever its CQ holds is this operation's),
+  // and untimed (nothing for a sweep to do).
+  if (posted && in_flight_ == 1 && !op->timed && poller_.attached_ == this && !next_attached_ &&
+      at_once_in_a_row_ < kMostAtOnceInARow)
+    return completed_at_once(op);
+  at_once_in_a_row_ = 0;
+  return false;
 }
 
-void AsyncQueuePair::submit(RecvOperation* op) noexcept {
+bool AsyncQueuePair::completed_at_once(SendOperation* op) noexcept {
+  ibv_wc wc;
+  if (ibv_poll_cq(poller_.raw_cq_, 1, &wc) != 1) {
+    at_once_in_a_row_ = 0;
+    return false;  // not yet (or the poll failed, as the poller will find): suspend
+  }
+  if (wc.status != IBV_WC_SUCCESS || wc.wr_id != reinterpret_cast<uintptr_t>(op)) [[unlikely]] {
+    // As the poller would: this resumes the awaiter (already suspended) from here.
+    auto* done = reinterpret_cast<Operation*>(wc.wr_id);
+    at_once_in_a_row_ = 0;
+    done->on_completion(done, wc);
+    return false;
+  }
+  posted_sends_.pop();
+  ++send_room_;
+  --in_flight_;
+  op->byte_len = wc.byte_len;
+  op->result = detail::kNoError;
+  ++at_once_in_a_row_;
+  return true;
+}
+
+bool AsyncQueuePair::submit(RecvOperation* op) noexcept {
   submit_to(op, &AsyncQueuePair::posted_recvs_, &AsyncQueuePair::pending_recvs_,
             &AsyncQueuePair::recv_room_);
+  return false;
 }
 
 void AsyncQueuePair::queue(List& pending, Operation* op) noexcept {

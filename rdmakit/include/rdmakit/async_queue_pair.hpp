@@ -66,9 +66,10 @@ class AsyncQueuePair {
     /// Always suspends: the operation completes through the poller.
     bool await_ready() const noexcept { return false; }
     /// Submits the operation (posted at once on an idle queue, else with the next batch).
-    void await_suspend(std::coroutine_handle<> suspended) noexcept {
+    /// False (the coroutine goes on at once) when it already completed: see submit().
+    bool await_suspend(std::coroutine_handle<> suspended) noexcept {
       this->waiter = suspended;
-      this->qp->submit(this);
+      return !this->qp->submit(this);
     }
     /// The operation's outcome.
     Result await_resume() noexcept;
@@ -127,6 +128,10 @@ class AsyncQueuePair {
   /// True once the QP went to ERROR (a failed or abandoned operation, a lost peer).
   bool failed() const noexcept { return failed_; }
 
+  /// Sends completed at once (without suspending, see submit()) in a row, at most, before
+  /// an awaiter suspends all the same and the poller's other work gets the thread.
+  static constexpr uint32_t kMostAtOnceInARow = 16;
+
  private:
   friend class Poller;
   friend struct detail::Operation;
@@ -172,13 +177,20 @@ class AsyncQueuePair {
   }
   // Submission posts an operation at once when nothing is queued before it and the queue
   // has room (one doorbell per operation), and otherwise queues it for the poller's flush
-  // (one doorbell per round). The awaiter's type picks the overload.
-  void submit(detail::SendOperation* op) noexcept;
-  void submit(detail::RecvOperation* op) noexcept;
+  // (one doorbell per round). The awaiter's type picks the overload. True when the
+  // operation has completed already and its awaiter goes on without suspending: a send
+  // that is the only operation of the poller's only QP looks for its completion at once
+  // (a device that carries it out inside ibv_post_send has it there), at most
+  // kMostAtOnceInARow times in a row, so that other work of the thread gets its turn.
+  bool submit(detail::SendOperation* op) noexcept;
+  bool submit(detail::RecvOperation* op) noexcept;
+  /// submit()'s look for the completion of `op`, just posted.
+  bool completed_at_once(detail::SendOperation* op) noexcept;
   /// Either of them, given that queue's lists and room (members: the compiler then sees
   /// they do not alias the operation).
+  /// True if it posted `op` (else it queued it).
   template <typename Op>
-  void submit_to(Op* op, List AsyncQueuePair::*posted, List AsyncQueuePair::*pending,
+  bool submit_to(Op* op, List AsyncQueuePair::*posted, List AsyncQueuePair::*pending,
                  uint32_t AsyncQueuePair::*room) noexcept;
   bool may_post_at_once(const detail::Operation* op) const noexcept;
   /// One work request on its own; 0 or the verbs error.
@@ -212,7 +224,8 @@ class AsyncQueuePair {
   uint32_t recv_room_;
   uint32_t signal_interval_;
   uint32_t in_flight_ = 0;
-  uint32_t timed_ = 0;  ///< operations with a deadline or a stop token
+  uint32_t timed_ = 0;             ///< operations with a deadline or a stop token
+  uint32_t at_once_in_a_row_ = 0;  ///< sends completed in submit() since the last suspension
   bool failed_ = false;
   bool dirty_ = false;  ///< in the poller's list of QPs with pending operations
   AsyncQueuePair* next_dirty_ = nullptr;
