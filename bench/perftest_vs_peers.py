@@ -25,6 +25,7 @@ import subprocess
 
 from benchlib import ROOT, Hosts, chart, pair, perftest, ucx
 from rdmakit_vs_raw import instructions_per_op
+from tcp_ping_pong import floors
 
 
 def iperf3(hosts, both_ways=False):
@@ -181,6 +182,11 @@ def main():
             print("the serving side's CPU per GiB written (ib_write_bw server, all its threads): "
                   "median %.2f s" % statistics.median(cpu_per_gib))
             compare(latencies, a.runs, "UCX tcp", "two hosts", medians)
+            floor = floors(a.build, hosts, a.runs)
+            print("the socket's floor (bench/tcp_ping_pong, 8 B, one way): %.2f us over one "
+                  "connection read by recv, %.2f us with epoll_wait first, %.2f us with requests "
+                  "and answers on two connections, as softrdma's link and inbound connection "
+                  "carry them" % (floor["one"], floor["epoll"], floor["two"]))
 
             def each_way(tool, bidirectional):
                 """64 KiB streams; with `bidirectional` both hosts send at once, and perftest's

@@ -15,6 +15,19 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchlib import ROOT, Hosts, pair  # noqa: E402
 
 
+def floors(build, hosts, runs, size=8, count=100000):
+    """Median one-way microseconds of each pattern over `runs` runs, in the tool's order."""
+    tool = os.path.join(build, "bench", "tcp_ping_pong")
+    samples = {}
+    for _ in range(runs):
+        out = pair([tool], [tool, "-s", str(size), "-n", str(count), hosts.addr(0)], hosts=hosts)
+        for name, us in re.findall(r"^(\w+)\s+([\d.]+)\s", out, re.M):
+            samples.setdefault(name, []).append(float(us))
+    if not samples:
+        raise RuntimeError("tcp_ping_pong printed nothing")
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
@@ -22,25 +35,16 @@ def main():
     ap.add_argument("--size", type=int, default=8)
     ap.add_argument("--count", type=int, default=100000)
     a = ap.parse_args()
-    tool = os.path.join(a.build, "bench", "tcp_ping_pong")
     hosts = Hosts(two=True)
-    samples = {}
     try:
-        for _ in range(a.runs):
-            out = pair([tool], [tool, "-s", str(a.size), "-n", str(a.count), hosts.addr(0)],
-                       hosts=hosts)
-            for name, us in re.findall(r"^(\w+)\s+([\d.]+)\s", out, re.M):
-                samples.setdefault(name, []).append(float(us))
+        medians = floors(a.build, hosts, a.runs, a.size, a.count)
     finally:
         hosts.close()
-    if not samples:
-        sys.exit("tcp_ping_pong printed nothing")
-    first = statistics.median(next(iter(samples.values())))
+    first = next(iter(medians.values()))
     print("%d-byte TCP ping-pong across two namespaces, one way, medians of %d runs" % (a.size, a.runs))
     print("| pattern | us | ratio |")
     print("|---|---|---|")
-    for name, values in samples.items():
-        m = statistics.median(values)
+    for name, m in medians.items():
         print("| %s | %.2f | %.2fx |" % (name, m, m / first))
 
 
