@@ -4,7 +4,8 @@
 Same host: perftest on softrdma against ucx_perftest over shared memory (UCX_TLS=posix,cma),
 the peer a user would otherwise pick on a machine without an RDMA NIC.
 Across hosts (two network namespaces joined by veth, created here; needs root): perftest
-on softrdma's TCP transport against one iperf3 stream and ucx_perftest over TCP.
+on softrdma's TCP transport against one iperf3 stream and ucx_perftest over TCP, with the
+socket's own floor under the latencies (bench/tcp_ping_pong).
 Each pair runs --runs times, interleaved, and the medians are compared; two-way streams
 (`-b`) are compared, per direction, with one way alone. Also: the CPU the
 serving process used per GiB written across hosts, RDMA CM connection set-up rate (100
