@@ -160,16 +160,30 @@ class FakeHost {
 
 class TcpPathTest : public RcLoopbackTest {
  protected:
-  // A QP in RTR makes this process one of the host's softrdma listeners.
+  // A QP in RTR connected to another host makes this process one of the host's softrdma
+  // listeners (one connected on this host does not: its peer reaches it by shared memory).
   void Listen() {
     ibv_cq* cq = NewCq();
     ibv_qp* qp = NewQp(IBV_QPT_RC, cq, cq);
     ASSERT_NE(qp, nullptr);
     ASSERT_EQ(rc_to_init(qp, kRemoteAccess), 0);
-    ASSERT_EQ(rc_to_rtr(qp, qp->qp_num, gid0(), RcParams{}), 0);
+    ASSERT_EQ(rc_to_rtr(qp, qp->qp_num, fake_host_gid("198.51.100.77"), RcParams{}), 0);
     listening_qpn_ = qp->qp_num;
   }
   uint32_t listening_qpn_ = 0;
+
+  // The loopback pair, and a listener to speak the wire format to.
+  void ConnectPair(const PairOptions& o = {}) {
+    RcLoopbackTest::ConnectPair(o);
+    ASSERT_NO_FATAL_FAILURE(Listen());
+  }
+
+  static ibv_gid fake_host_gid(const char* ip) {
+    ibv_gid gid{};
+    gid.raw[10] = gid.raw[11] = 0xff;
+    inet_pton(AF_INET, ip, &gid.raw[12]);
+    return gid;
+  }
 
   // An RC QP with its CQ, connected to QP `qpn` of a fake host at `ip` (not one of
   // softrdma0's GIDs, so reached over TCP), with a short ACK timeout, tried twice: by
@@ -179,13 +193,10 @@ class TcpPathTest : public RcLoopbackTest {
     cq = NewCq();
     qp = NewQp(IBV_QPT_RC, cq, cq);
     ASSERT_NE(qp, nullptr);
-    ibv_gid remote{};
-    remote.raw[10] = remote.raw[11] = 0xff;
-    inet_pton(AF_INET, ip, &remote.raw[12]);
     RcParams fast;
     fast.timeout = ack_timeout;
     fast.retry_cnt = 1;
-    ASSERT_EQ(rc_connect(qp, qpn, remote, fast), 0);
+    ASSERT_EQ(rc_connect(qp, qpn, fake_host_gid(ip), fast), 0);
   }
 
   // Sends request `psn` of p_.a's stream to p_.b over `s`: `opcode` on `target` at `at`,
@@ -237,6 +248,17 @@ class TcpPathTest : public RcLoopbackTest {
     return h;
   }
 };
+
+// A process whose QPs are all connected on this host listens on no TCP port; its first QP
+// connected to another host makes it listen.
+TEST_F(TcpPathTest, OnlyAQpConnectedToAnotherHostOpensTheListener) {
+  ASSERT_NO_FATAL_FAILURE(RcLoopbackTest::ConnectPair());  // on this host
+  EXPECT_LT(connect_to(own_port()), 0) << "listening without a peer on another host";
+  ASSERT_NO_FATAL_FAILURE(Listen());
+  const int s = connect_to(own_port());
+  EXPECT_GE(s, 0) << "not listening with a QP connected to another host";
+  if (s >= 0) close(s);
+}
 
 TEST_F(TcpPathTest, GarbageHeaderClosesTheConnectionAndTheProcessLives) {
   ASSERT_NO_FATAL_FAILURE(Listen());
@@ -639,7 +661,7 @@ TEST_F(TcpPathTest, ThousandsOfIdleConnectionsLeaveThreadsBoundedAndRequestsServ
   if (files.rlim_max < 2 * kIdle + 100) GTEST_SKIP() << "file descriptor limit too low";
   files.rlim_cur = files.rlim_max;
   ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &files), 0);
-  ASSERT_NO_FATAL_FAILURE(ConnectPair());  // RTR: this process listens
+  ASSERT_NO_FATAL_FAILURE(ConnectPair());  // and this process listens
   Buffer target = NewBuffer(64, kRemoteAccess, 0);
   const int threads_before = thread_count();
 

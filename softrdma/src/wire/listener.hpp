@@ -1,5 +1,6 @@
-// The host side of the TCP transport. Every softrdma process with a connected QP listens on
-// the host's softrdma port with SO_REUSEPORT, so there is no daemon and no single point of
+// The host side of the TCP transport. Every softrdma process with a QP that other hosts may
+// reach (not connected to one of its user on this host) listens on the host's softrdma
+// port with SO_REUSEPORT, so there is no daemon and no single point of
 // failure: the kernel hands each incoming connection to one live listener, and any
 // listener can serve any QP of the host (the responder reaches QPs through the registry).
 #pragma once
