@@ -3,9 +3,16 @@
 // end as a server keeps its connections, then destroyed. Prints microseconds per object.
 // The RDMA CM figure it explains is bench/cm_connect_rate's (against plain TCP).
 //
-// Usage: verbs_setup_cost [N]
+// With LEFT, a process first creates LEFT QPs and ends without destroying them, as a crashed
+// or careless one does: a device that keeps a table of QPs per host must then find room for
+// the new ones among the ended process's entries (softrdma's registry holds 16384 per user).
+//
+// Usage: verbs_setup_cost [N] [LEFT]
 //   on softrdma: build/softrdma-run build/bench/verbs_setup_cost
 #include <infiniband/verbs.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -21,19 +28,51 @@ double micros(Clock::duration spent, int n) {
   return std::chrono::duration<double, std::micro>(spent).count() / n;
 }
 
+ibv_context* open_first_device() {
+  int devices = 0;
+  ibv_device** list = ibv_get_device_list(&devices);
+  ibv_context* ctx = list && devices > 0 ? ibv_open_device(list[0]) : nullptr;
+  if (list) ibv_free_device_list(list);
+  return ctx;
+}
+
+ibv_qp* new_rc_qp(ibv_pd* pd, ibv_cq* send_cq, ibv_cq* recv_cq) {
+  ibv_qp_init_attr attr{};
+  attr.send_cq = send_cq;
+  attr.recv_cq = recv_cq;
+  attr.qp_type = IBV_QPT_RC;
+  attr.cap.max_send_wr = attr.cap.max_recv_wr = 16;
+  attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
+  return ibv_create_qp(pd, &attr);
+}
+
+// A child process creates `left` QPs and exits without destroying them.
+void leave_qps_behind(int left) {
+  const pid_t child = fork();
+  if (child == 0) {
+    ibv_context* ctx = open_first_device();
+    ibv_pd* pd = ctx ? ibv_alloc_pd(ctx) : nullptr;
+    ibv_cq* cq = pd ? ibv_create_cq(ctx, 16, nullptr, nullptr, 0) : nullptr;
+    for (int i = 0; cq && i < left && new_rc_qp(pd, cq, cq); ++i) {
+    }
+    _exit(0);
+  }
+  int status = 0;
+  if (child > 0) waitpid(child, &status, 0);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const int n = argc > 1 ? std::atoi(argv[1]) : 1000;
-  int devices = 0;
-  ibv_device** list = ibv_get_device_list(&devices);
-  if (!list || devices < 1) {
+  const int left = argc > 2 ? std::atoi(argv[2]) : 0;
+  if (left > 0) leave_qps_behind(left);
+  ibv_context* ctx = open_first_device();
+  if (!ctx) {
     std::fprintf(stderr, "verbs_setup_cost: no RDMA device\n");
     return 1;
   }
-  ibv_context* ctx = ibv_open_device(list[0]);
-  ibv_free_device_list(list);
-  ibv_pd* pd = ctx ? ibv_alloc_pd(ctx) : nullptr;
+  ibv_pd* pd = ibv_alloc_pd(ctx);
   if (!pd) {
     std::fprintf(stderr, "verbs_setup_cost: cannot open the device\n");
     return 1;
@@ -46,13 +85,7 @@ int main(int argc, char** argv) {
     ibv_cq* send_cq = ibv_create_cq(ctx, 16, nullptr, nullptr, 0);
     ibv_cq* recv_cq = ibv_create_cq(ctx, 16, nullptr, nullptr, 0);
     const auto t1 = Clock::now();
-    ibv_qp_init_attr attr{};
-    attr.send_cq = send_cq;
-    attr.recv_cq = recv_cq;
-    attr.qp_type = IBV_QPT_RC;
-    attr.cap.max_send_wr = attr.cap.max_recv_wr = 16;
-    attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
-    ibv_qp* qp = send_cq && recv_cq ? ibv_create_qp(pd, &attr) : nullptr;
+    ibv_qp* qp = send_cq && recv_cq ? new_rc_qp(pd, send_cq, recv_cq) : nullptr;
     const auto t2 = Clock::now();
     if (!qp) {
       std::fprintf(stderr, "verbs_setup_cost: object %d not created\n", i);
