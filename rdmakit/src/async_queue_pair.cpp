@@ -101,6 +101,12 @@ inline int AsyncQueuePair::post_alone(RecvOperation& op) noexcept {
   return ibv_post_recv(raw_, &op.wr, &bad);
 }
 
+inline void AsyncQueuePair::retire_oldest_send(Operation* done, const ibv_wc& wc) noexcept {
+  posted_sends_.pop();
+  ++send_room_;
+  done->byte_len = wc.byte_len;
+}
+
 template <typename Op>
 inline bool AsyncQueuePair::submit_to(Op* op, List AsyncQueuePair::*posted,
                                       List AsyncQueuePair::*pending,
@@ -145,10 +151,8 @@ bool AsyncQueuePair::completed_at_once(SendOperation* op) noexcept {
     done->on_completion(done, wc);
     return false;
   }
-  posted_sends_.pop();
-  ++send_room_;
+  retire_oldest_send(op, wc);
   --in_flight_;
-  op->byte_len = wc.byte_len;
   op->result = detail::kNoError;
   ++at_once_in_a_row_;
   return true;
@@ -250,9 +254,7 @@ void AsyncQueuePair::send_completed(Operation* done, const ibv_wc& wc) noexcept 
   AsyncQueuePair& self = *done->qp;
   if (wc.status != IBV_WC_SUCCESS || self.posted_sends_.head != done) [[unlikely]]
     return self.retire_sends_through(done, wc);
-  self.posted_sends_.pop();  // it retires only itself (depth 1, or signalled alone)
-  ++self.send_room_;
-  done->byte_len = wc.byte_len;
+  self.retire_oldest_send(done, wc);  // it retires only itself (depth 1, or signalled alone)
   self.finish(done, detail::kNoError);
 }
 

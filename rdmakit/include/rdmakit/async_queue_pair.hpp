@@ -186,6 +186,9 @@ class AsyncQueuePair {
   bool submit(detail::RecvOperation* op) noexcept;
   /// submit()'s look for the completion of `op`, just posted.
   bool completed_at_once(detail::SendOperation* op) noexcept;
+  /// `done`, the oldest posted send, completed successfully by `wc` and alone: its room
+  /// frees (finishing it is the caller's).
+  void retire_oldest_send(detail::Operation* done, const ibv_wc& wc) noexcept;
   /// Either of them, given that queue's lists and room (members: the compiler then sees
   /// they do not alias the operation).
   /// True if it posted `op` (else it queued it).

@@ -20,6 +20,11 @@ inline bool is_reliable(ibv_qp_type type) {
   return type == IBV_QPT_RC || type == IBV_QPT_XRC_SEND || type == IBV_QPT_XRC_RECV;
 }
 
+/// Connected to one peer QP, whose requests are the only ones it takes.
+inline bool has_one_peer(ibv_qp_type type) {
+  return type == IBV_QPT_RC || type == IBV_QPT_UC;
+}
+
 /// The type of QP that takes the requests of a requester QP of `type`.
 inline ibv_qp_type responder_type(ibv_qp_type type) {
   return type == IBV_QPT_XRC_SEND ? IBV_QPT_XRC_RECV : type;

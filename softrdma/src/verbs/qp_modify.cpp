@@ -6,6 +6,7 @@
 
 #include "common/export.hpp"
 #include "engine/completion_queue.hpp"
+#include "engine/qp_types.hpp"
 #include "engine/recv_queue.hpp"
 #include "engine/requester.hpp"
 #include "engine/responder.hpp"
@@ -172,11 +173,6 @@ void apply(Qp& q, const ibv_qp_attr& a, int mask) {
   }
 }
 
-// RC and UC QPs take requests from their one peer only.
-bool connected_type(const Qp& q) {
-  return q.qpx.qp_base.qp_type == IBV_QPT_RC || q.qpx.qp_base.qp_type == IBV_QPT_UC;
-}
-
 void reset(Qp& q) {
   BiasedLock::Guard lock(q.sq_mutex);
   q.blocked.clear();
@@ -227,7 +223,7 @@ SOFTRDMA_EXPORT int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
     // to a QP of this user on this host (shared memory both ways): the first connection of
     // a process then does not wait for a listener and its thread to start (0.1-0.6 ms each
     // in this guest).
-    if (next != IBV_QPS_INIT && !(connected_type(q) && q.peer_on_this_host))
+    if (next != IBV_QPS_INIT && !(has_one_peer(q.qpx.qp_base.qp_type) && q.peer_on_this_host))
       wire::ensure_listening();
     q.shared->state.store(next);
   }

@@ -218,7 +218,6 @@ class ResponderLoop {
       }
       const uint64_t serial = ++serials_;
       connections_[fd] = Entry{std::make_unique<InboundConnection>(fd), serial, EPOLLIN};
-      inbound_connections.fetch_add(1, std::memory_order_relaxed);
       watch(fd, EPOLLIN, EPOLL_CTL_ADD);
       watch_for_polls(fd, false);
       waiting_.push_back({fd, serial});
@@ -274,7 +273,6 @@ class ResponderLoop {
     epoll_ctl(epfd_, EPOLL_CTL_DEL, it->first, nullptr);
     unwatch_for_polls(it->first);
     connections_.erase(it);  // closes the socket
-    inbound_connections.fetch_sub(1, std::memory_order_relaxed);
   }
 
   bool connection_waiting() const {

@@ -18,9 +18,6 @@ struct Arrivals;
 /// (SOFTRDMA_UNAUTHENTICATED_TIMEOUT_MS, default 10 s).
 void ensure_listening();
 
-/// Inbound connections of this process being served.
-inline std::atomic<size_t> inbound_connections{0};
-
 /// Executes the requests that have arrived on the inbound connections `arrived` names
 /// (wire/arrivals.hpp), in the calling thread, unless the serving thread is at it: an
 /// application polling its CQ for a peer's SEND, or waiting for its own answer, would
