@@ -385,6 +385,34 @@ TEST_F(CmFailure, ConnectWithoutListenerIsRejectedInvalidServiceId) {
   EXPECT_TRUE(no_event(ch_)) << "the listener on another port heard nothing";
 }
 
+// A server that replaces its listener (perftest -R does between its two connections) may
+// listen again a little after the client connects: the request waits for it, unrefused.
+TEST_F(CmFailure, AListenerThatComesSoonAfterTheRequestStillGetsIt) {
+  const uint16_t port = free_port();
+  ASSERT_NE(port, 0);
+  rdma_cm_id* client = NewId(ch_);
+  ibv_cq* cq = NewCq();
+  ASSERT_TRUE(client && cq);
+  ASSERT_NO_FATAL_FAILURE(Resolve(ch_, client, port));
+  ASSERT_NE(CreateQp(client, cq), nullptr);
+  const std::vector<uint8_t> data = pattern(20, 3);
+  rdma_conn_param param = conn_param(data);
+  ASSERT_EQ(rdma_connect(client, &param), 0) << std::strerror(errno);
+  EXPECT_TRUE(no_event(ch_, Millis{1000})) << "refused before the listener came";
+
+  rdma_cm_id* late = NewId(ch_);
+  ASSERT_NE(late, nullptr);
+  sockaddr_in addr = loopback(port);
+  ASSERT_EQ(rdma_bind_addr(late, as_sockaddr(&addr)), 0) << std::strerror(errno);
+  ASSERT_EQ(rdma_listen(late, 4), 0) << std::strerror(errno);
+  std::optional<CmEvent> request = expect_event(ch_, RDMA_CM_EVENT_CONNECT_REQUEST, nullptr);
+  ASSERT_TRUE(request);
+  EXPECT_EQ(request->listen_id, late);
+  EXPECT_TRUE(starts_with(request->private_data, data));
+  ASSERT_EQ(rdma_reject(Own(request->id), nullptr, 0), 0) << std::strerror(errno);
+  EXPECT_TRUE(expect_event(ch_, RDMA_CM_EVENT_REJECTED, client, kRejectConsumer));
+}
+
 TEST_F(CmFailure, RejectCarriesPrivateDataAndConsumerStatus) {
   rdma_cm_id* client = NewId(ch_);
   ibv_cq* cq = NewCq();
