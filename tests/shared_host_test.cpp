@@ -2,14 +2,18 @@
 // QPs in a range of its own and listens on the base port plus that range, so a QP number
 // says which processes own it: programs of two users on one host serve peers on another
 // host at once, a QP of another user on the same host is reached through that user's
-// listener, and RC order holds with several processes per host.
+// listener, and RC order holds with several processes per host. Processes that end without
+// destroying their QPs leave slots of the host's QP table behind, which others reclaim.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <regex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -151,6 +155,47 @@ TEST(QpNumberRanges, EachRegistryHasItsOwnAndARemovedOnesIsTakenOver) {
   EXPECT_LE(c, a) << "the first free range is taken, a's among them";
   EXPECT_NE(c, b);
   for (const char* r : {"b", "c"}) unlink((base + r).c_str());
+}
+
+// A table full of slots of a process that ended without destroying its QPs (as a crash
+// leaves it), reclaimed by two processes at once: each slot goes to one of them only. Two
+// processes judging one dead owner's slot free could both take it, the second taking it
+// from the first just after it made the slot live (its QP then answered for another's).
+TEST(QpTable, TwoProcessesReclaimingADeadOwnersSlotsNeverShareOne) {
+  const std::string registry = "/dev/shm/softrdma-reclaim-test-" + std::to_string(getpid());
+  const std::vector<std::string> env = {"SOFTRDMA_REGISTRY=" + registry, "SOFTRDMA_DEVICE_VIEW=0"};
+  struct Cleanup {
+    std::string path;
+    ~Cleanup() { unlink(path.c_str()); }
+  } cleanup{registry};
+  constexpr int kTableSize = 16384;  // Registry::kQpCapacity
+  const Exit filled = rdmakit::testing::run(
+      {SOFTRDMA_RUN, QP_CLAIMER, std::to_string(kTableSize), "leave"}, 60s, env);
+  ASSERT_TRUE(filled.ok()) << filled.describe() << "\n" << filled.output;
+  ASSERT_THAT(filled.output, ::testing::HasSubstr("created " + std::to_string(kTableSize)));
+
+  constexpr int kEach = 3000;
+  const std::vector<std::string> claim = {SOFTRDMA_RUN, QP_CLAIMER, std::to_string(kEach), "hold",
+                                          "2000"};  // both hold theirs while the other claims
+  Process first(claim, env), second(claim, env);
+  const Exit a = first.wait(60s), b = second.wait(60s);
+  ASSERT_TRUE(a.ok()) << a.describe() << "\n" << a.output;
+  ASSERT_TRUE(b.ok()) << b.describe() << "\n" << b.output;
+  const auto qpns = [](const std::string& output) {
+    std::set<unsigned long> numbers;
+    const std::regex line(R"(qpn (\d+))");
+    for (std::sregex_iterator it(output.begin(), output.end(), line), end; it != end; ++it)
+      numbers.insert(std::stoul((*it)[1].str()));
+    return numbers;
+  };
+  const std::set<unsigned long> of_a = qpns(a.output), of_b = qpns(b.output);
+  EXPECT_EQ(of_a.size(), size_t{kEach});
+  EXPECT_EQ(of_b.size(), size_t{kEach});
+  std::vector<unsigned long> shared;
+  std::set_intersection(of_a.begin(), of_a.end(), of_b.begin(), of_b.end(),
+                        std::back_inserter(shared));
+  EXPECT_TRUE(shared.empty()) << shared.size() << " QP numbers held by both, the first "
+                              << shared.front();
 }
 
 // Three servers on one host (two of root, one of nobody) and three clients on another, each

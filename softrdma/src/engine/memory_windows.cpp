@@ -111,7 +111,7 @@ void release_window(uint32_t key) {
   MrSlot* w = own_window(key, current);
   if (!w) return;
   rebind(*w, current, 0, [](MrSlot& s) { s.parent_key = 0; });
-  w->state.store(static_cast<uint32_t>(SlotState::kFree), std::memory_order_release);
+  slot_word::set(w->state, SlotState::kFree, std::memory_order_release);
 }
 
 bool region_has_windows(uint32_t key) {

@@ -126,27 +126,34 @@ bool owner_dead(pid_t pid, uint64_t start_time) {
   return !process_alive(ProcessId{pid, start_time});
 }
 
-// Claims a free slot, or one whose owner died, starting the scan at `hint`.
+// Claims the first slot from `hint` on that is free or whose owner died. The claim's
+// compare-and-swap covers the slot's claim count (slot_word), so a reclaimer that judged the
+// owner dead on a word another process has claimed since fails and looks further.
+// Whether an owner lives is asked of /proc once per run of slots of one owner (a process's
+// slots tend to lie together), and never of this process.
 template <typename Slot>
 Slot* claim_slot(Slot* slots, uint32_t capacity, std::atomic<uint32_t>& hint, uint32_t& index) {
-  for (int pass = 0; pass < 2; ++pass) {
-    const uint32_t start = hint.load(std::memory_order_relaxed);
-    for (uint32_t i = 0; i < capacity; ++i) {
-      const uint32_t idx = (start + i) % capacity;
-      Slot& s = slots[idx];
-      uint32_t st = s.state.load(std::memory_order_acquire);
-      bool take = false;
-      if (st == static_cast<uint32_t>(SlotState::kFree)) {
-        take = s.state.compare_exchange_strong(st, static_cast<uint32_t>(SlotState::kClaimed));
-      } else if (pass == 1 && st == static_cast<uint32_t>(SlotState::kLive) &&
-                 owner_dead(s.pid, s.start_time)) {
-        take = s.state.compare_exchange_strong(st, static_cast<uint32_t>(SlotState::kClaimed));
-      }
-      if (take) {
-        hint.store(idx + 1, std::memory_order_relaxed);
-        index = idx;
-        return &s;
-      }
+  const ProcessId& me = self_process();
+  ProcessId asked{me.pid, me.start_time};
+  bool asked_dead = false;
+  auto dead = [&](const Slot& s) {
+    if (s.pid != asked.pid || s.start_time != asked.start_time) {
+      asked = ProcessId{s.pid, s.start_time};
+      asked_dead = owner_dead(s.pid, s.start_time);
+    }
+    return asked_dead;
+  };
+  const uint32_t start = hint.load(std::memory_order_relaxed);
+  for (uint32_t i = 0; i < capacity; ++i) {
+    const uint32_t idx = (start + i) % capacity;
+    Slot& s = slots[idx];
+    uint32_t word = s.state.load(std::memory_order_acquire);
+    const SlotState state = slot_word::state(word);
+    const bool claimable = state == SlotState::kFree || (state == SlotState::kLive && dead(s));
+    if (claimable && s.state.compare_exchange_strong(word, slot_word::claimed_from(word))) {
+      hint.store(idx + 1, std::memory_order_relaxed);
+      index = idx;
+      return &s;
     }
   }
   return nullptr;
@@ -214,7 +221,7 @@ uint32_t Registry::claim_qpn(uint64_t qp_offset, int arena_fd) {
   uint32_t high = header_->qp_high_water.load(std::memory_order_relaxed);
   while (high <= index && !header_->qp_high_water.compare_exchange_weak(high, index + 1)) {
   }
-  s->state.store(static_cast<uint32_t>(SlotState::kLive), std::memory_order_release);
+  slot_word::set(s->state, SlotState::kLive, std::memory_order_release);
   return first_qpn_ + index;
 }
 
@@ -269,12 +276,12 @@ void Registry::wait_for_direct_accessors(uint64_t mask, uint64_t value) {
 void Registry::release_qpn(uint32_t qpn) {
   QpSlot* s = qp_slot(qpn);
   if (!s) return;
-  s->state.store(static_cast<uint32_t>(SlotState::kClaimed), std::memory_order_seq_cst);
+  slot_word::set(s->state, SlotState::kClaimed, std::memory_order_seq_cst);
   wait_for_users(s->users);
   // Loaded after the state is unpublished: a requester that marks it later sees that state.
   if (s->reached_directly.load(std::memory_order_seq_cst))
     wait_for_direct_accessors(~uint64_t{0} << 32, DirectAccess::of(qpn, 0));
-  s->state.store(static_cast<uint32_t>(SlotState::kFree), std::memory_order_release);
+  slot_word::set(s->state, SlotState::kFree, std::memory_order_release);
 }
 
 MrSlot* Registry::claim_key_slot(KeyKind kind, uint32_t pd_id, uint32_t& key) {
@@ -296,7 +303,7 @@ MrSlot* Registry::claim_key_slot(KeyKind kind, uint32_t pd_id, uint32_t& key) {
 
 void Registry::publish_key(MrSlot& s, uint32_t key) {
   s.key.store(key, std::memory_order_relaxed);
-  s.state.store(static_cast<uint32_t>(SlotState::kLive), std::memory_order_release);
+  slot_word::set(s.state, SlotState::kLive, std::memory_order_release);
 }
 
 uint32_t Registry::claim_mr(uint32_t pd_id, uint32_t access, uint64_t iova, uint64_t length,
@@ -323,7 +330,7 @@ void Registry::release_mr(uint32_t key) {
   if (!s || s->key.load() != key) return;
   s->key.store(0, std::memory_order_seq_cst);
   wait_until_unused(key);
-  s->state.store(static_cast<uint32_t>(SlotState::kFree), std::memory_order_release);
+  slot_word::set(s->state, SlotState::kFree, std::memory_order_release);
 }
 
 bool Registry::update_mr(uint32_t key, uint32_t pd_id, uint32_t access, uint64_t iova,
@@ -366,7 +373,7 @@ bool Registry::attach_mcast(const uint8_t gid[16], uint32_t qpn) {
   m->start_time = me.start_time;
   m->netns = self_netns();
   std::memcpy(m->gid, gid, 16);
-  m->state.store(static_cast<uint32_t>(SlotState::kLive), std::memory_order_release);
+  slot_word::set(m->state, SlotState::kLive, std::memory_order_release);
   return true;
 }
 
@@ -374,10 +381,9 @@ bool Registry::detach_mcast(const uint8_t gid[16], uint32_t qpn) {
   const ProcessId& me = self_process();
   for (uint32_t i = 0; i < kMcastCapacity; ++i) {
     McastSlot& m = mcasts_[i];
-    if (m.state.load(std::memory_order_acquire) == static_cast<uint32_t>(SlotState::kLive) &&
-        m.qpn == qpn && m.pid == me.pid && m.start_time == me.start_time &&
-        std::memcmp(m.gid, gid, 16) == 0) {
-      m.state.store(static_cast<uint32_t>(SlotState::kFree), std::memory_order_release);
+    if (slot_word::is_live(m.state) && m.qpn == qpn && m.pid == me.pid &&
+        m.start_time == me.start_time && std::memcmp(m.gid, gid, 16) == 0) {
+      slot_word::set(m.state, SlotState::kFree, std::memory_order_release);
       return true;
     }
   }

@@ -21,6 +21,31 @@ namespace softrdma {
 
 enum class SlotState : uint32_t { kFree = 0, kClaimed = 1, kLive = 2 };
 
+/// A slot's state word: its SlotState in the low byte and, above it, how many times the slot
+/// was claimed. Every claim advances that count, so a compare-and-swap from a word read
+/// before another process claimed the slot fails: two processes reclaiming one dead owner's
+/// slot cannot both take it, nor take it from the process that just made it live (ABA).
+/// Between claims only the slot's owner changes the state, keeping the count.
+namespace slot_word {
+inline constexpr uint32_t kStateMask = 0xff;
+static_assert(static_cast<uint32_t>(SlotState::kLive) <= kStateMask);
+inline SlotState state(uint32_t word) {
+  return static_cast<SlotState>(word & kStateMask);
+}
+/// The word of a claim made from `word`: claimed, the count advanced (wrapping).
+inline uint32_t claimed_from(uint32_t word) {
+  return ((word & ~kStateMask) + (kStateMask + 1)) | static_cast<uint32_t>(SlotState::kClaimed);
+}
+inline bool is_live(const std::atomic<uint32_t>& word) {
+  return state(word.load(std::memory_order_acquire)) == SlotState::kLive;
+}
+/// The owner's change of its slot's state.
+inline void set(std::atomic<uint32_t>& word, SlotState s, std::memory_order order) {
+  word.store((word.load(std::memory_order_relaxed) & ~kStateMask) | static_cast<uint32_t>(s),
+             order);
+}
+}  // namespace slot_word
+
 /// Where a QP lives: the owner process and the QP's shared block in the owner's arena.
 struct alignas(64) QpSlot {  // one cache line: peers bump `users` on every request
   std::atomic<uint32_t> state;
@@ -175,8 +200,8 @@ class Registry {
   void for_each_mcast_member(const uint8_t gid[16], Fn fn) {
     for (uint32_t i = 0; i < kMcastCapacity; ++i) {
       const McastSlot& m = mcasts_[i];
-      if (m.state.load(std::memory_order_acquire) == static_cast<uint32_t>(SlotState::kLive) &&
-          m.netns == self_netns() && std::memcmp(m.gid, gid, 16) == 0)
+      if (slot_word::is_live(m.state) && m.netns == self_netns() &&
+          std::memcmp(m.gid, gid, 16) == 0)
         fn(m.qpn, m.pid);
     }
   }

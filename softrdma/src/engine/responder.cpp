@@ -322,15 +322,13 @@ bool accepts_requests(uint32_t state) {
 }
 
 bool TargetQp::current() const {
-  return slot->state.load(std::memory_order_acquire) == static_cast<uint32_t>(SlotState::kLive) &&
+  return slot_word::is_live(slot->state) &&
          slot->generation.load(std::memory_order_acquire) == generation;
 }
 
 bool resolve_local_qp(uint32_t qpn, TargetQp& out) {
   QpSlot* slot = Registry::instance().qp_slot(qpn);
-  if (!slot ||
-      slot->state.load(std::memory_order_acquire) != static_cast<uint32_t>(SlotState::kLive))
-    return false;
+  if (!slot || !slot_word::is_live(slot->state)) return false;
   if (slot->netns != self_netns()) return false;  // another "host" sharing this machine
   const ProcessId owner{slot->pid, slot->start_time};
   auto arena = map_peer_arena(owner, slot->arena_fd);
