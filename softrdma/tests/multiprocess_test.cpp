@@ -187,6 +187,69 @@ TEST_F(MultiProcessTest, APeersNewRegionOnAReusedMemfdNumberIsReachedNotTheOldOn
   EXPECT_TRUE(exited_with(child.Wait(), 0));
 }
 
+// Registration copies only the pages that hold data into the shared pages it puts in the
+// region's place (the others read as zeros either way), and deregistration copies back only
+// the shared pages that hold data: pages written before, pages a peer wrote into a hole, and
+// zeros everywhere else, before and after.
+TEST_F(MultiProcessTest, APartlyWrittenRegionKeepsItsPagesAndReadsZerosElsewhere) {
+  constexpr size_t kPage = 4096, kPages = 64, kSize = kPage * kPages;
+  constexpr size_t kWrittenPages[] = {3, 4, 40};
+  constexpr size_t kPeerWrites = 10;  // a page nobody touched before the peer's WRITE
+  auto expected = [&](size_t page, bool after_peer) -> uint8_t {
+    if (std::find(std::begin(kWrittenPages), std::end(kWrittenPages), page) !=
+        std::end(kWrittenPages))
+      return 0xd4;
+    return after_peer && page == kPeerWrites ? 0x5a : 0;
+  };
+  Child child(link_, [&] {
+    ChildVerbs v;
+    if (!open_child_verbs(v, kPage, 0xc1)) return child_fail(2, "open");
+    auto* p = static_cast<uint8_t*>(
+        mmap(nullptr, kSize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    if (p == MAP_FAILED) return child_fail(3, "mmap");
+    for (size_t page : kWrittenPages) std::memset(p + page * kPage, 0xd4, kPage);
+    ibv_mr* mr = ibv_reg_mr(v.pd, p, kSize, kRemoteAccess);
+    if (!mr) return child_fail(4, "register");
+    const Endpoint mine{v.qp->qp_num, mr->rkey, reinterpret_cast<uintptr_t>(p), kSize};
+    Endpoint parent;
+    uint8_t step = 0;
+    if (!link_.send(mine) || !link_.receive(&parent) ||
+        rc_connect(v.qp, parent.qpn, v.gid, RcParams{}) != 0 || !link_.send(kReady) ||
+        !link_.receive(&step))
+      return child_fail(5, "connect");
+    if (!link_.receive(&step, Millis{8000})) return child_fail(6, "the parent did not write");
+    auto pages_as_expected = [&] {
+      for (size_t page = 0; page < kPages; ++page)
+        for (size_t i = 0; i < kPage; ++i)
+          if (p[page * kPage + i] != expected(page, true)) return false;
+      return true;
+    };
+    if (!pages_as_expected()) return child_fail(7, "registered pages");
+    if (ibv_dereg_mr(mr) != 0) return child_fail(8, "deregister");
+    if (!pages_as_expected()) return child_fail(9, "deregistered pages");
+    std::memset(p, 0x99, kSize);  // ordinary memory again
+    return p[kSize - 1] == 0x99 ? 0 : child_fail(10, "write after deregistration");
+  });
+  ASSERT_TRUE(child.started());
+  Endpoint peer;
+  ASSERT_NO_FATAL_FAILURE(ConnectToChild(nullptr, RcParams{}, &peer));
+  ASSERT_EQ(peer.length, kSize);
+  Buffer local = NewBuffer(kSize, kRemoteAccess, 0xee);
+  ASSERT_EQ(
+      post_send(qp_, rdma_wr(1, IBV_WR_RDMA_READ, peer.addr, peer.rkey), {local.sge(0, kSize)}), 0);
+  ASSERT_TRUE(completed(poll_one(cq_), 1));
+  for (size_t page = 0; page < kPages; ++page)
+    EXPECT_TRUE(local.all(expected(page, false), page * kPage, kPage)) << "page " << page;
+  local.fill(0x5a);
+  ASSERT_EQ(
+      post_send(qp_, rdma_wr(2, IBV_WR_RDMA_WRITE, peer.addr + kPeerWrites * kPage, peer.rkey),
+                {local.sge(0, kPage)}),
+      0);
+  ASSERT_TRUE(completed(poll_one(cq_), 2));
+  ASSERT_TRUE(link_.send(uint8_t{1}));
+  EXPECT_TRUE(exited_with(child.Wait(), 0));
+}
+
 // Deregistered memory is ordinary memory again: a child forked afterwards gets a private
 // copy, so neither process sees the other's writes.
 TEST_F(MultiProcessTest, MemoryDeregisteredBeforeForkIsCopiedNotShared) {
