@@ -334,6 +334,18 @@ class CmConnTest : public CmTest {
     ASSERT_NE(listener_, nullptr);
   }
 
+  /// A client on ch_ with a QP that connects to `port` of 127.0.0.1 with `data` as private
+  /// data. Use as ASSERT_NO_FATAL_FAILURE(ConnectTo(...)).
+  void ConnectTo(uint16_t port, const std::vector<uint8_t>& data, rdma_cm_id** client) {
+    *client = NewId(ch_);
+    ibv_cq* cq = NewCq();
+    ASSERT_TRUE(*client && cq);
+    ASSERT_NO_FATAL_FAILURE(Resolve(ch_, *client, port));
+    ASSERT_NE(CreateQp(*client, cq), nullptr);
+    rdma_conn_param param = conn_param(data);
+    ASSERT_EQ(rdma_connect(*client, &param), 0) << std::strerror(errno);
+  }
+
   struct Pair {
     rdma_cm_id* client = nullptr;
     rdma_cm_id* server = nullptr;  // the listener's new id

@@ -370,14 +370,8 @@ TEST_F(CmFlow, AsyncConnectOnOneChannelThenSendAndWrite) {
 TEST_F(CmFailure, ConnectWithoutListenerIsRejectedInvalidServiceId) {
   const uint16_t port = free_port();  // nobody listens there
   ASSERT_NE(port, 0);
-  rdma_cm_id* client = NewId(ch_);
-  ibv_cq* cq = NewCq();
-  ASSERT_TRUE(client && cq);
-  ASSERT_NO_FATAL_FAILURE(Resolve(ch_, client, port));
-  ASSERT_NE(CreateQp(client, cq), nullptr);
-  const std::vector<uint8_t> data = pattern(20, 1);
-  rdma_conn_param param = conn_param(data);
-  ASSERT_EQ(rdma_connect(client, &param), 0) << std::strerror(errno);
+  rdma_cm_id* client = nullptr;
+  ASSERT_NO_FATAL_FAILURE(ConnectTo(port, pattern(20, 1), &client));
   std::optional<CmEvent> e =
       expect_event(ch_, RDMA_CM_EVENT_REJECTED, client, kRejectInvalidServiceId);
   ASSERT_TRUE(e);
@@ -390,14 +384,9 @@ TEST_F(CmFailure, ConnectWithoutListenerIsRejectedInvalidServiceId) {
 TEST_F(CmFailure, AListenerThatComesSoonAfterTheRequestStillGetsIt) {
   const uint16_t port = free_port();
   ASSERT_NE(port, 0);
-  rdma_cm_id* client = NewId(ch_);
-  ibv_cq* cq = NewCq();
-  ASSERT_TRUE(client && cq);
-  ASSERT_NO_FATAL_FAILURE(Resolve(ch_, client, port));
-  ASSERT_NE(CreateQp(client, cq), nullptr);
   const std::vector<uint8_t> data = pattern(20, 3);
-  rdma_conn_param param = conn_param(data);
-  ASSERT_EQ(rdma_connect(client, &param), 0) << std::strerror(errno);
+  rdma_cm_id* client = nullptr;
+  ASSERT_NO_FATAL_FAILURE(ConnectTo(port, data, &client));
   EXPECT_TRUE(no_event(ch_, Millis{1000})) << "refused before the listener came";
 
   rdma_cm_id* late = NewId(ch_);

@@ -130,16 +130,19 @@ bool owner_dead(pid_t pid, uint64_t start_time) {
 // compare-and-swap covers the slot's claim count (slot_word), so a reclaimer that judged the
 // owner dead on a word another process has claimed since fails and looks further.
 // Whether an owner lives is asked of /proc once per run of slots of one owner (a process's
-// slots tend to lie together), and never of this process.
+// slots tend to lie together), never of this process, and an owner found dead is remembered
+// (it stays dead) for the claims that follow.
 template <typename Slot>
 Slot* claim_slot(Slot* slots, uint32_t capacity, std::atomic<uint32_t>& hint, uint32_t& index) {
-  const ProcessId& me = self_process();
-  ProcessId asked{me.pid, me.start_time};
+  static thread_local ProcessId known_dead{};
+  ProcessId asked = self_process();
   bool asked_dead = false;
   auto dead = [&](const Slot& s) {
-    if (s.pid != asked.pid || s.start_time != asked.start_time) {
-      asked = ProcessId{s.pid, s.start_time};
-      asked_dead = owner_dead(s.pid, s.start_time);
+    const ProcessId owner{s.pid, s.start_time};
+    if (owner != asked) {
+      asked = owner;
+      asked_dead = owner == known_dead || owner_dead(owner.pid, owner.start_time);
+      if (asked_dead) known_dead = owner;
     }
     return asked_dead;
   };
