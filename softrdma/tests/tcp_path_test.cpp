@@ -455,6 +455,137 @@ TEST_F(TcpPathTest, APeerThatTakesRequestsButNeverAnswersTimesOut) {
   EXPECT_EQ(qp_state(qp), IBV_QPS_ERR);
 }
 
+// Unreliable service across hosts: a message that cannot be delivered is lost, as on a NIC
+// it completes as sent, and nothing retries it. A peer that is gone or silent neither holds
+// up the QP (or its datagrams to other peers) nor keeps a thread busy retrying.
+TEST_F(TcpPathTest, DatagramsToAHostWhereNothingListensCompleteAndTheQpGoesOn) {
+  constexpr uint32_t kQkey = 0x2222;
+  ibv_cq* cq = NewCq();
+  ibv_qp* qp = NewQp(IBV_QPT_UD, cq, cq);
+  ASSERT_NE(qp, nullptr);
+  ASSERT_EQ(ud_to_rts(qp, kQkey), 0);
+  AhPtr nowhere = NewAh(fake_host_gid("127.0.0.4"));  // nothing listens there
+  ASSERT_NE(nowhere, nullptr);
+  Buffer src = NewBuffer(64, 0, 1);
+  const auto start = Clock::now();
+  for (uint64_t id = 1; id <= 3; ++id)
+    ASSERT_EQ(post_send(qp, ud_wr(id, nowhere.get(), 0x4444, kQkey), {src.sge()}), 0);
+  for (uint64_t id = 1; id <= 3; ++id) EXPECT_TRUE(completed(poll_one(cq), id));
+  EXPECT_LT(Clock::now() - start, Millis{2000});
+  EXPECT_EQ(qp_state(qp), IBV_QPS_RTS);
+}
+
+// Serves a fake host: takes requests and answers each "done" after `delay` (never, when
+// it is negative), counting those of `type` in `seen`.
+FakeHost::Serve answering_host(Millis delay, ibv_qp_type type, std::atomic<int>& seen) {
+  return [delay, type, &seen](int listener, const std::atomic<bool>& stop) {
+    const int c = accept(listener, nullptr, nullptr);
+    if (c < 0) return;
+    wire::Request h{};
+    std::vector<char> payload;
+    while (!stop) {
+      if (!wait_readable(c, Millis{50})) continue;
+      if (!read_all(c, &h, sizeof h, kTimeout)) break;
+      payload.resize(h.payload_len);
+      if (!read_all(c, payload.data(), payload.size(), kTimeout)) break;
+      if (h.magic == wire::kMagic && h.qp_type == type) ++seen;
+      if (delay < Millis{0}) continue;
+      std::this_thread::sleep_for(delay);
+      wire::Response r{};
+      r.magic = wire::kMagic;
+      r.kind = wire::Kind::kResponse;
+      r.reply = wire::Reply::kDone;
+      r.src_qpn = h.src_qpn;
+      r.psn = h.psn;
+      send(c, &r, sizeof r, MSG_NOSIGNAL);
+    }
+    close(c);
+  };
+}
+
+TEST_F(TcpPathTest, DatagramsToAPeerThatNeverAnswersAreLostAfterAWhile) {
+  constexpr uint32_t kFakeQpn = 0x4545, kQkey = 0x2222;
+  std::atomic<int> seen{0};
+  FakeHost silent("127.0.0.5", kFakeQpn, answering_host(Millis{-1}, IBV_QPT_UD, seen));
+  ASSERT_EQ(silent.error(), "");
+  ibv_cq* cq = NewCq();
+  ibv_qp* qp = NewQp(IBV_QPT_UD, cq, cq);
+  ASSERT_NE(qp, nullptr);
+  ASSERT_EQ(ud_to_rts(qp, kQkey), 0);
+  AhPtr ah = NewAh(fake_host_gid("127.0.0.5"));
+  ASSERT_NE(ah, nullptr);
+  Buffer src = NewBuffer(64, 0, 1);
+  const auto start = Clock::now();
+  for (uint64_t id = 1; id <= 3; ++id)
+    ASSERT_EQ(post_send(qp, ud_wr(id, ah.get(), kFakeQpn, kQkey), {src.sge()}), 0);
+  for (uint64_t id = 1; id <= 3; ++id) EXPECT_TRUE(completed(poll_one(cq), id));
+  // Each counted lost half a second after the one before it (at most as long again while
+  // the link is watched for progress).
+  EXPECT_LT(Clock::now() - start, Millis{4000});
+  EXPECT_EQ(qp_state(qp), IBV_QPS_RTS);
+  EXPECT_EQ(seen.load(), 3);
+}
+
+// One UD QP, two peers on two links: the second peer's answer comes first, and is kept
+// until the first one's comes; completions keep posting order.
+TEST_F(TcpPathTest, DatagramsToTwoPeersCompleteInOrderWhicheverAnswersFirst) {
+  constexpr uint32_t kSlowQpn = 0x4848, kQuickQpn = 0x4949, kQkey = 0x2222;
+  std::atomic<int> slow_seen{0}, quick_seen{0};
+  FakeHost slow("127.0.0.8", kSlowQpn, answering_host(Millis{100}, IBV_QPT_UD, slow_seen));
+  FakeHost quick("127.0.0.9", kQuickQpn, answering_host(Millis{0}, IBV_QPT_UD, quick_seen));
+  ASSERT_EQ(slow.error(), "");
+  ASSERT_EQ(quick.error(), "");
+  ibv_cq* cq = NewCq();
+  ibv_qp* qp = NewQp(IBV_QPT_UD, cq, cq);
+  ASSERT_NE(qp, nullptr);
+  ASSERT_EQ(ud_to_rts(qp, kQkey), 0);
+  AhPtr to_slow = NewAh(fake_host_gid("127.0.0.8")), to_quick = NewAh(fake_host_gid("127.0.0.9"));
+  ASSERT_TRUE(to_slow && to_quick);
+  Buffer src = NewBuffer(64, 0, 1);
+  const auto start = Clock::now();
+  ASSERT_EQ(post_send(qp, ud_wr(1, to_slow.get(), kSlowQpn, kQkey), {src.sge()}), 0);
+  ASSERT_EQ(post_send(qp, ud_wr(2, to_quick.get(), kQuickQpn, kQkey), {src.sge()}), 0);
+  EXPECT_TRUE(completed(poll_one(cq), 1));
+  EXPECT_TRUE(completed(poll_one(cq), 2));
+  // By their answers, not counted lost after half a second without one.
+  EXPECT_LT(Clock::now() - start, Millis{450});
+  EXPECT_EQ(slow_seen.load(), 1);
+  EXPECT_EQ(quick_seen.load(), 1);
+}
+
+TEST_F(TcpPathTest, UcWritesToAHostWhereNothingListensCompleteAndTheQpGoesOn) {
+  ibv_cq* cq = NewCq();
+  ibv_qp* qp = NewQp(IBV_QPT_UC, cq, cq);
+  ASSERT_NE(qp, nullptr);
+  ASSERT_EQ(uc_connect(qp, 0x4646, fake_host_gid("127.0.0.6")), 0);  // nothing listens there
+  Buffer src = NewBuffer(8, 0, 1);
+  ASSERT_EQ(post_send(qp, rdma_wr(1, IBV_WR_RDMA_WRITE, 0x1000, 0x77), {src.sge()}), 0);
+  ASSERT_EQ(post_send(qp, rdma_wr(2, IBV_WR_RDMA_WRITE, 0x1000, 0x77), {src.sge()}), 0);
+  EXPECT_TRUE(completed(poll_one(cq), 1));
+  EXPECT_TRUE(completed(poll_one(cq), 2));
+  EXPECT_EQ(qp_state(qp), IBV_QPS_RTS);
+}
+
+TEST_F(TcpPathTest, AUcWriteToAPeerThatNeverAnswersIsLostAfterAWhile) {
+  constexpr uint32_t kFakeQpn = 0x4747;
+  std::atomic<int> seen{0};
+  FakeHost silent("127.0.0.7", kFakeQpn, answering_host(Millis{-1}, IBV_QPT_UC, seen));
+  ASSERT_EQ(silent.error(), "");
+  ibv_cq* cq = NewCq();
+  ibv_qp* qp = NewQp(IBV_QPT_UC, cq, cq);
+  ASSERT_NE(qp, nullptr);
+  ASSERT_EQ(uc_connect(qp, kFakeQpn, fake_host_gid("127.0.0.7")), 0);
+  Buffer src = NewBuffer(8, 0, 1);
+  const auto start = Clock::now();
+  ASSERT_EQ(post_send(qp, rdma_wr(1, IBV_WR_RDMA_WRITE, 0x1000, 0x77), {src.sge()}), 0);
+  EXPECT_TRUE(completed(poll_one(cq), 1));
+  // Counted lost after half a second without an answer, and at most as long again while
+  // the link is watched for progress.
+  EXPECT_LT(Clock::now() - start, Millis{3000});
+  EXPECT_EQ(qp_state(qp), IBV_QPS_RTS);
+  EXPECT_EQ(seen.load(), 1);
+}
+
 TEST_F(TcpPathTest, APayloadStillQueuedWhenItsRequestFailsIsSentAsItWasPosted) {
   // Large payloads that the socket cannot take wait in the link's backlog by reference to
   // the application's buffer. Here they are still waiting when their requests fail (a fake

@@ -8,24 +8,6 @@
 namespace softrdma_test {
 namespace {
 
-// RESET -> INIT -> RTR -> RTS with exactly the attributes UC requires.
-int uc_connect(ibv_qp* qp, uint32_t dest_qpn, const ibv_gid& dgid) {
-  if (int err = rc_to_init(qp, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE)) return err;
-  ibv_qp_attr a{};
-  a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = IBV_MTU_1024;
-  a.dest_qp_num = dest_qpn;
-  a.rq_psn = 0;
-  a.ah_attr = global_ah_attr(dgid);
-  if (int err = ibv_modify_qp(
-          qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN))
-    return err;
-  a = ibv_qp_attr{};
-  a.qp_state = IBV_QPS_RTS;
-  a.sq_psn = 0;
-  return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
-}
-
 class UcTest : public VerbsTest {
  protected:
   void ConnectUcPair() {

@@ -223,6 +223,25 @@ inline int rc_connect(ibv_qp* qp, uint32_t dest_qpn, const ibv_gid& dgid, const 
   return rc_to_rts(qp, p);
 }
 
+/// RESET -> INIT -> RTR -> RTS towards QP `dest_qpn` at `dgid`, with exactly the
+/// attributes UC requires.
+inline int uc_connect(ibv_qp* qp, uint32_t dest_qpn, const ibv_gid& dgid) {
+  if (int err = rc_to_init(qp, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE)) return err;
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_RTR;
+  a.path_mtu = IBV_MTU_1024;
+  a.dest_qp_num = dest_qpn;
+  a.rq_psn = 0;
+  a.ah_attr = global_ah_attr(dgid);
+  if (int err = ibv_modify_qp(
+          qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN))
+    return err;
+  a = ibv_qp_attr{};
+  a.qp_state = IBV_QPS_RTS;
+  a.sq_psn = 0;
+  return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
+}
+
 /// RESET -> INIT -> RTR -> RTS for a UD QP.
 inline int ud_to_rts(ibv_qp* qp, uint32_t qkey) {
   ibv_qp_attr a{};

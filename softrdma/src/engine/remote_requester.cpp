@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "engine/progress.hpp"
+#include "engine/qp_types.hpp"
 #include "engine/registry.hpp"
 #include "engine/send_completion.hpp"
 #include "engine/transmit.hpp"
@@ -85,16 +86,44 @@ bool destination_is_remote(const Qp& qp, const SendWork& w) {
 
 namespace {
 
-// A request that could not be sent fails once its retry budget is spent, but never before
-// an earlier request still in flight: completions keep posting order, so it waits for that
-// one's answer, or for its failure, which flushes this one too.
+bool unreliable(const Qp& qp) {
+  return !is_reliable(qp.qpx.qp_base.qp_type);
+}
+
+// An unreliable QP's message that went astray (no connection, no answer) is lost: as on a
+// NIC, it completes as sent, and the QP goes on.
+void complete_lost(Qp& qp, const SendWork& w) {
+  release_payload(w);
+  complete(qp, w, IBV_WC_SUCCESS);
+}
+
+// A request that could not be sent fails once its retry budget is spent (an unreliable
+// one is lost at once), but never before an earlier request still in flight: completions
+// keep posting order, so it waits for that one's answer, or for its failure, which
+// flushes this one too.
 Outcome not_sent(Qp& qp, SendWork& w, Clock::time_point now) {
   constexpr auto kWaitBehindEarlier = std::chrono::milliseconds(1);
   if (!qp.inflight.empty()) {
     w.next_attempt = now + kWaitBehindEarlier;
     return Outcome::kBlocked;
   }
+  if (unreliable(qp)) {
+    complete_lost(qp, w);
+    return Outcome::kCompleted;
+  }
   return retries_exhausted(qp, w, now) ? Outcome::kCompleted : Outcome::kBlocked;
+}
+
+// Completes, in posting order, the answered unreliable requests at the front of the
+// queue in flight; the next one's wait for its answer starts now.
+void complete_answered_front(Qp& qp, Clock::time_point now) {
+  bool completed = false;
+  while (!qp.inflight.empty() && qp.inflight.front().answered) {
+    complete(qp, qp.inflight.front(), IBV_WC_SUCCESS);
+    qp.inflight.pop_front();
+    completed = true;
+  }
+  if (completed && !qp.inflight.empty()) qp.inflight.front().give_up = answer_deadline(qp, now);
 }
 
 }  // namespace
@@ -119,6 +148,7 @@ Outcome transmit(Qp& qp, SendWork& w, const iovec* payload, int count, uint64_t 
   if (qp.took_carried_ack) header.flags |= wire::kTakesCarriedAcks;
   qp.took_carried_ack = false;
   w.link = link;
+  w.answered = false;
   // In the in-flight list before it is sent: the answer may arrive at once.
   qp.inflight.push_back(std::move(w));
   // Registered memory may be sent from where it is until the answer (not inline bytes).
@@ -164,6 +194,13 @@ std::optional<Clock::time_point> expire_inflight(Qp& qp, Clock::time_point now) 
   }
   SendWork w = std::move(oldest);
   qp.inflight.pop_front();
+  if (unreliable(qp)) {
+    complete_lost(qp, w);
+    if (qp.inflight.empty()) return std::nullopt;
+    qp.inflight.front().give_up = answer_deadline(qp, now);
+    complete_answered_front(qp, now);
+    return qp.inflight.empty() ? std::nullopt : std::optional(qp.inflight.front().give_up);
+  }
   fail(qp, w, IBV_WC_RETRY_EXC_ERR);
   for (const SendWork& rest : qp.inflight) flush_one(qp, rest);
   qp.inflight.clear();
@@ -215,6 +252,16 @@ void answer_received(Qp* qp, Link& link, const Response& r, std::span<const char
   // held back (wire/held_acks.hpp) may still wait here for the request that carried it.
   if (qp->qpx.qp_base.qp_type == IBV_QPT_RC && (r.reply == Reply::kDone || r.reply == Reply::kRnr))
     acknowledged_below(*qp, r.psn);
+  // An unreliable QP is done with a message whatever its answer says (UC has no
+  // acknowledgements, a datagram is delivered or dropped). Its requests go out on the links
+  // of several peers (UD), whose answers may come in any order: each is noted, and the
+  // requests complete in posting order.
+  if (unreliable(*qp)) {
+    for (SendWork& w : qp->inflight)
+      if (w.psn == r.psn && w.link.get() == &link) w.answered = true;
+    complete_answered_front(*qp, Clock::now());
+    return;
+  }
   // Answers come in order; anything else is an answer to a request already given up.
   if (qp->inflight.empty() || qp->inflight.front().psn != r.psn ||
       qp->inflight.front().link.get() != &link)
@@ -226,9 +273,7 @@ void answer_received(Qp* qp, Link& link, const Response& r, std::span<const char
   // answer restarts it for the next request in flight.
   if (!qp->inflight.empty()) qp->inflight.front().give_up = answer_deadline(*qp, now);
   bool failed = false;
-  // UC has no acknowledgements: whatever became of the message, the requester is done.
-  const Reply reply = qp->qpx.qp_base.qp_type == IBV_QPT_UC ? Reply::kDone : r.reply;
-  switch (reply) {
+  switch (r.reply) {
     case Reply::kDone:
       if (r.status != IBV_WC_SUCCESS) {
         fail(*qp, w, static_cast<ibv_wc_status>(r.status));
@@ -280,6 +325,12 @@ void on_link_down(Link& link) {
     if (qp.inflight.empty() || qp.inflight.front().link.get() != &link) return;
     SendWork w = std::move(qp.inflight.front());
     qp.inflight.pop_front();
+    // Sent again on a new connection (another process of the peer's user may serve its
+    // port now); a peer that cannot be reached any more loses it.
+    if (unreliable(qp)) {
+      go_back(qp, std::move(w));
+      return;
+    }
     if (retries_exhausted(qp, w, Clock::now())) {
       for (const SendWork& rest : qp.inflight) flush_one(qp, rest);
       qp.inflight.clear();

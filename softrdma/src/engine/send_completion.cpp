@@ -1,6 +1,7 @@
 #include "engine/send_completion.hpp"
 
 #include "engine/completion_queue.hpp"
+#include "engine/qp_types.hpp"
 #include "engine/responder.hpp"
 #include "engine/transmit.hpp"
 
@@ -105,6 +106,9 @@ bool rnr_exhausted(Qp& qp, SendWork& w, uint8_t rnr_timer, Clock::time_point now
 }
 
 Clock::time_point answer_deadline(const Qp& qp, Clock::time_point now) {
+  // An unreliable QP has no ACK timeout: a message whose answer does not come is lost.
+  constexpr auto kUnreliableAnswerWait = std::chrono::milliseconds(500);
+  if (!is_reliable(qp.qpx.qp_base.qp_type)) return now + kUnreliableAnswerWait;
   if (qp.attr.timeout == 0) return Clock::time_point::max();
   return now + ack_timeout(qp.attr.timeout) * (qp.attr.retry_cnt + 1);
 }
@@ -116,7 +120,12 @@ bool retries_exhausted(Qp& qp, SendWork& w, Clock::time_point now) {
     fail(qp, w, IBV_WC_RETRY_EXC_ERR);
     return true;
   }
-  w.next_attempt = now + std::min<Clock::duration>(interval, std::chrono::milliseconds(10));
+  // Retried at the ACK timeout, at most 10 ms apart; with no timeout (0: wait for ever),
+  // every 10 ms rather than a busy loop of connection attempts.
+  constexpr auto kLongestRetryInterval = std::chrono::milliseconds(10);
+  w.next_attempt =
+      now + (qp.attr.timeout == 0 ? kLongestRetryInterval
+                                  : std::min<Clock::duration>(interval, kLongestRetryInterval));
   return false;
 }
 

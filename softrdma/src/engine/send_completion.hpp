@@ -28,7 +28,8 @@ void flush_one(Qp& qp, const SendWork& w);
 /// exhausted), else `w.next_attempt` says when to retry.
 bool rnr_exhausted(Qp& qp, SendWork& w, uint8_t rnr_timer, Clock::time_point now);
 /// When a request sent or answered now is given up if no answer comes: the QP's ACK
-/// timeout times its retry count plus one (never, for timeout 0).
+/// timeout times its retry count plus one (never, for timeout 0); for an unreliable QP,
+/// when it counts as lost.
 Clock::time_point answer_deadline(const Qp& qp, Clock::time_point now);
 
 /// The peer did not answer: true if `w` failed for good (timeout budget spent).

@@ -1,5 +1,6 @@
 // The requester's path to a QP on another host: requests go out over TCP (one connection
-// per remote host) and complete when the answer comes back, in order (go-back-N on RNR).
+// per remote host) and complete when the answer comes back, in order (go-back-N on RNR);
+// an unreliable message that cannot be delivered is lost, not retried.
 #pragma once
 
 #include <sys/uio.h>
