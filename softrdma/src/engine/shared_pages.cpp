@@ -1,9 +1,12 @@
 #include "engine/shared_pages.hpp"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -71,6 +74,38 @@ int private_anonymous_protection(uintptr_t start, uintptr_t end) {
   return covered >= end ? prot : -1;
 }
 
+// Calls copy(offset, bytes) for each run of pages of [start, start + length) that hold
+// data: present or swapped out (/proc/self/pagemap). A page never touched reads as zeros,
+// as does the memfd's hole in its place: copying it would fault in the zero page and give
+// the memfd a page for nothing (a freshly mapped region copies nothing at all). Pages the
+// pagemap does not describe are copied.
+template <typename Copy>
+bool for_each_populated_run(uintptr_t start, size_t length, Copy copy) {
+  constexpr uint64_t kPresent = uint64_t{1} << 63, kSwapped = uint64_t{1} << 62;
+  const int pagemap = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  const size_t pages = length / page_size();
+  uint64_t entries[512];
+  size_t run_from = 0, run_pages = 0;
+  bool ok = true;
+  for (size_t first = 0; ok && first < pages; first += std::size(entries)) {
+    const size_t count = std::min(pages - first, std::size(entries));
+    const auto bytes = static_cast<ssize_t>(count * sizeof(uint64_t));
+    const auto at = static_cast<off_t>((start / page_size() + first) * sizeof(uint64_t));
+    if (pagemap < 0 || pread(pagemap, entries, static_cast<size_t>(bytes), at) != bytes)
+      std::fill_n(entries, count, kPresent);
+    for (size_t i = 0; ok && i < count; ++i) {
+      if (entries[i] & (kPresent | kSwapped)) {
+        if (run_pages++ == 0) run_from = first + i;
+      } else if (run_pages > 0) {
+        ok = copy(run_from * page_size(), run_pages * page_size());
+        run_pages = 0;
+      }
+    }
+  }
+  if (pagemap >= 0) close(pagemap);
+  return ok && (run_pages == 0 || copy(run_from * page_size(), run_pages * page_size()));
+}
+
 }  // namespace
 
 std::optional<SharedPages> share_pages(void* addr, size_t length) {
@@ -97,15 +132,16 @@ std::optional<SharedPages> share_pages(void* addr, size_t length) {
   int fd = static_cast<int>(syscall(SYS_memfd_create, kMemfdName, MFD_CLOEXEC));
   if (fd < 0) return std::nullopt;
   // Copy the current contents, then put the memfd in place of the anonymous pages.
-  bool ok = ftruncate(fd, static_cast<off_t>(length)) == 0;
-  for (size_t done = 0; ok && done < length;) {
-    ssize_t n =
-        pwrite(fd, reinterpret_cast<char*>(start) + done, length - done, static_cast<off_t>(done));
-    if (n <= 0)
-      ok = false;
-    else
-      done += static_cast<size_t>(n);
-  }
+  bool ok = ftruncate(fd, static_cast<off_t>(length)) == 0 &&
+            for_each_populated_run(start, length, [&](size_t offset, size_t bytes) {
+              for (size_t done = 0; done < bytes;) {
+                const ssize_t n = pwrite(fd, reinterpret_cast<char*>(start + offset + done),
+                                         bytes - done, static_cast<off_t>(offset + done));
+                if (n <= 0) return false;
+                done += static_cast<size_t>(n);
+              }
+              return true;
+            });
   if (!ok || mmap(addr, length, prot, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
     SOFTRDMA_DEBUG_LOG("cannot share registered pages: %s", std::strerror(errno));
     close(fd);
@@ -133,12 +169,28 @@ void unshare_pages(void* addr, size_t length) {
     // Read the pages through the memfd, not through the user's mapping: the user may have
     // freed the memory already (deregistering after free is allowed), and the library must
     // not touch memory it does not own.
+    // Only the memfd's data: its holes (pages nobody touched) stay untouched zeros here too.
     bool copied = copy != MAP_FAILED;
-    for (size_t done = 0; copied && done < range.length;) {
-      const ssize_t n = pread(range.fd, static_cast<char*>(copy) + done, range.length - done,
-                              static_cast<off_t>(done));
-      copied = n > 0;
-      if (copied) done += static_cast<size_t>(n);
+    const auto end = static_cast<off_t>(range.length);
+    for (off_t data = 0; copied && data < end;) {
+      data = lseek(range.fd, data, SEEK_DATA);
+      if (data < 0) {
+        copied = errno == ENXIO;  // no data after `data`
+        break;
+      }
+      const off_t hole = std::min(lseek(range.fd, data, SEEK_HOLE), end);
+      copied = hole > data;
+      // Every page of the extent is written next: populated in one call, not a fault each
+      // (a kernel without MADV_POPULATE_WRITE faults them in as before).
+      if (copied)
+        madvise(static_cast<char*>(copy) + data, static_cast<size_t>(hole - data),
+                MADV_POPULATE_WRITE);
+      for (; copied && data < hole;) {
+        const ssize_t n = pread(range.fd, static_cast<char*>(copy) + data,
+                                static_cast<size_t>(hole - data), data);
+        copied = n > 0;
+        if (copied) data += n;
+      }
     }
     if (copied && mremap(copy, range.length, range.length, MREMAP_MAYMOVE | MREMAP_FIXED,
                          reinterpret_cast<void*>(base)) == MAP_FAILED) {
