@@ -6,7 +6,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "core/frame.hpp"
 #include "rpc_fixture.hpp"
@@ -131,5 +133,33 @@ INSTANTIATE_TEST_SUITE_P(Frames, HostileTcpPeer,
                                            Bad::oversized_length, Bad::unknown_flags,
                                            Bad::truncated_frame),
                          bad_name);
+
+// Clients that connect and then say nothing, or only part of their hello, over the
+// transports whose sessions start with a hello on a TCP connection: the server's poll never
+// waits for them, and everyone else is served meanwhile.
+class SilentTcpClients : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SilentTcpClients, NeverHoldUpTheServersPoll) {
+  Server server = Server::listen(fresh_url(GetParam()));
+  const int silent = connect_raw(port_of(server.url()));
+  const int partial = connect_raw(port_of(server.url()));
+  send_all(partial, "\x01\x02\x03", 3);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // both in the backlog
+  for (int i = 0; i < 3; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    server.poll();
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(500))
+        << "poll " << i << " waited for a client's hello";
+  }
+  expect_new_client_served(server);
+  EXPECT_EQ(server.session_count(), 1u) << "only the client that said hello has a session";
+  close(silent);
+  close(partial);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, SilentTcpClients, ::testing::Values("tcp", "ud"),
+                         [](const ::testing::TestParamInfo<std::string>& scheme) {
+                           return scheme.param;
+                         });
 
 }  // namespace

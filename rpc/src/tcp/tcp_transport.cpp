@@ -5,10 +5,7 @@
 // server's hello when it arrives. The server takes the client's limits if they are within its own
 // and drops the connection otherwise (as shm does). Connecting blocks up to
 // Options::connect_timeout for the TCP connection only. The server never blocks: a
-// connection whose hello has not fully arrived waits in a short list that later accept()
-// calls complete; the listener's descriptor is an epoll set of the listening socket and
-// those connections, so that a sleeping server wakes for either.
-#include <sys/epoll.h>
+// connection whose hello has not fully arrived waits aside (tcp/hello_acceptor.hpp).
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -20,6 +17,7 @@
 #include "core/engine.hpp"
 #include "core/transports.hpp"
 #include "stream/stream_link.hpp"
+#include "tcp/hello_acceptor.hpp"
 #include "tcp/socket_stream.hpp"
 #include "tcp/sockets.hpp"
 #include "tcp/tcp_hello.hpp"
@@ -27,10 +25,8 @@
 namespace rdmakit::rpc::detail {
 namespace {
 
-// Connections accepted whose hello has not arrived; a flood of silent ones drops the oldest.
-constexpr size_t kMaxHalfOpen = 64;
-// Connections taken from the backlog per accept() call, so that one call stays short.
-constexpr int kAcceptsPerCall = 16;
+// Clients refused per accept() call, so that a flood of them cannot hold up the server.
+constexpr int kRefusalsPerCall = 16;
 
 TcpHello own_hello(const Options& options) {
   return {kTcpHelloMagic, kTcpHelloVersion, options.window, options.max_message_bytes, 0};
@@ -57,129 +53,28 @@ std::unique_ptr<Link> open_link(int fd, LinkLimits limits, bool awaits_hello) {
 
 class TcpListener final : public Listener {
  public:
-  TcpListener(int listen_fd, int epoll_fd, std::string url, const Options& options)
-      : listen_fd_(listen_fd),
-        epoll_fd_(epoll_fd),
-        url_(std::move(url)),
-        own_(own_hello(options)),
-        hello_timeout_(options.connect_timeout) {}
-  ~TcpListener() override {
-    for (const HalfOpen& c : half_open_) close(c.fd);
-    close(epoll_fd_);
-    close(listen_fd_);
-  }
-  TcpListener(const TcpListener&) = delete;
-  TcpListener& operator=(const TcpListener&) = delete;
+  TcpListener(std::unique_ptr<HelloAcceptor> acceptor, std::string url, const Options& options)
+      : acceptor_(std::move(acceptor)), url_(std::move(url)), own_(own_hello(options)) {}
 
-  std::unique_ptr<Link> accept() override;
-  int wait_fd() const override { return epoll_fd_; }
+  std::unique_ptr<Link> accept() override {
+    TcpHello peer;
+    for (int refused = 0; refused < kRefusalsPerCall; ++refused) {
+      const int fd = acceptor_->next(std::as_writable_bytes(std::span(&peer, 1)));
+      if (fd < 0) break;
+      if (const std::optional<LinkLimits> limits = admit(own_, peer))
+        return open_link(fd, *limits, false);
+      close(fd);
+    }
+    return nullptr;
+  }
+  int wait_fd() const override { return acceptor_->wait_fd(); }
   const std::string& url() const override { return url_; }
 
  private:
-  struct HalfOpen {
-    int fd;
-    Clock::time_point deadline;
-    std::array<std::byte, sizeof(TcpHello)> hello{};
-    size_t received = 0;
-  };
-  enum class Progress { waiting, arrived, broken };
-
-  static Progress read_hello(HalfOpen& c);
-  /// The session of a connection whose hello arrived; nullptr (and the socket closed) when
-  /// the client is not admitted.
-  std::unique_ptr<Link> open(const HalfOpen& c) const;
-  void forget(size_t index);
-
-  int listen_fd_;
-  int epoll_fd_;
+  std::unique_ptr<HelloAcceptor> acceptor_;
   std::string url_;
   TcpHello own_;
-  std::chrono::milliseconds hello_timeout_;
-  std::vector<HalfOpen> half_open_;  // oldest first
 };
-
-TcpListener::Progress TcpListener::read_hello(HalfOpen& c) {
-  while (c.received < c.hello.size()) {
-    const ssize_t n = ::recv(c.fd, c.hello.data() + c.received, c.hello.size() - c.received, 0);
-    if (n > 0) {
-      c.received += static_cast<size_t>(n);
-    } else if (n < 0 && errno == EINTR) {
-      continue;
-    } else {
-      return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) ? Progress::waiting
-                                                                : Progress::broken;
-    }
-  }
-  return Progress::arrived;
-}
-
-std::unique_ptr<Link> TcpListener::open(const HalfOpen& c) const {
-  TcpHello peer;
-  std::memcpy(&peer, c.hello.data(), sizeof peer);
-  const std::optional<LinkLimits> limits = admit(own_, peer);
-  if (!limits) {
-    close(c.fd);
-    return nullptr;
-  }
-  return open_link(c.fd, *limits, false);
-}
-
-void TcpListener::forget(size_t index) {
-  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, half_open_[index].fd, nullptr);
-  half_open_.erase(half_open_.begin() + static_cast<std::ptrdiff_t>(index));
-}
-
-std::unique_ptr<Link> TcpListener::accept() {
-  const Clock::time_point now = Clock::now();
-  for (size_t i = 0; i < half_open_.size();) {
-    HalfOpen& c = half_open_[i];
-    const Progress progress = read_hello(c);
-    if (progress == Progress::waiting && now < c.deadline) {
-      ++i;
-      continue;
-    }
-    const HalfOpen done = c;
-    forget(i);
-    if (progress != Progress::arrived) {
-      close(done.fd);  // it hung up, or kept silent past the timeout
-    } else if (std::unique_ptr<Link> link = open(done)) {
-      return link;
-    }
-  }
-  for (int i = 0; i < kAcceptsPerCall; ++i) {
-    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno == ECONNABORTED || errno == EINTR) continue;
-      return nullptr;  // none waits (or out of descriptors: the backlog keeps them)
-    }
-    set_no_delay(fd);
-    // A new socket's send buffer is empty: the hello goes in whole or the peer is gone.
-    if (::send(fd, &own_, sizeof own_, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof own_)) {
-      close(fd);
-      continue;
-    }
-    HalfOpen c{fd, now + hello_timeout_};
-    const Progress progress = read_hello(c);
-    if (progress == Progress::arrived) {
-      if (std::unique_ptr<Link> link = open(c)) return link;
-      continue;
-    }
-    if (progress == Progress::broken) {
-      close(fd);
-      continue;
-    }
-    if (half_open_.size() == kMaxHalfOpen) {
-      close(half_open_.front().fd);
-      forget(0);
-    }
-    epoll_event event{};
-    event.events = EPOLLIN;
-    event.data.fd = fd;
-    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &event);
-    half_open_.push_back(c);
-  }
-  return nullptr;
-}
 
 }  // namespace
 
@@ -190,20 +85,17 @@ std::unique_ptr<Listener> listen_tcp(const std::string& host_port, Engine& engin
   if (!addresses) return nullptr;
   const int fd = listen_on(addresses, error);
   if (fd < 0) return nullptr;
-  const int epoll_fd = epoll_create1(EPOLL_CLOEXEC);
-  epoll_event event{};
-  event.events = EPOLLIN;
-  event.data.fd = fd;
-  if (epoll_fd < 0 || epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &event) != 0) {
-    error = system_error(errno);
-    if (epoll_fd >= 0) close(epoll_fd);
-    close(fd);
-    return nullptr;
-  }
+  const uint16_t port = bound_port(fd);
+  const TcpHello own = own_hello(engine.options());
+  const auto greeting = std::as_bytes(std::span(&own, 1));
+  std::unique_ptr<HelloAcceptor> acceptor =
+      HelloAcceptor::open(fd, sizeof(TcpHello), {greeting.begin(), greeting.end()},
+                          engine.options().connect_timeout, error);
+  if (!acceptor) return nullptr;
   error.clear();
-  return std::make_unique<TcpListener>(
-      fd, epoll_fd, "tcp://" + where.written_host + ":" + std::to_string(bound_port(fd)),
-      engine.options());
+  return std::make_unique<TcpListener>(std::move(acceptor),
+                                       "tcp://" + where.written_host + ":" + std::to_string(port),
+                                       engine.options());
 }
 
 std::unique_ptr<Link> connect_tcp(const std::string& host_port, Engine& engine,

@@ -3,8 +3,8 @@
 // session is set up over a short TCP connection to HOST:PORT: the client sends its hello
 // (where its queue pair is, its session number and limits), the server admits it or says
 // why not in its own hello, and the connection closes; from then on only datagrams flow.
-// Each side takes the smaller window and message limit. The server's handshake of one
-// client runs inside its poll, bounded by kAcceptHandshakeTimeout.
+// Each side takes the smaller window and message limit. The server never blocks on a
+// client: one whose hello has not arrived waits aside (tcp/hello_acceptor.hpp).
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -15,6 +15,7 @@
 #include "core/transports.hpp"
 #include "rdmakit/rpc/status.hpp"
 #include "stream/stream_link.hpp"
+#include "tcp/hello_acceptor.hpp"
 #include "tcp/sockets.hpp"
 #include "ud/ud_stream.hpp"
 
@@ -24,7 +25,10 @@ namespace {
 using ud::UdDevice;
 using ud::UdStream;
 
-constexpr auto kAcceptHandshakeTimeout = std::chrono::milliseconds(2000);
+// How long a connected client may take to send its hello; it waits aside meanwhile.
+constexpr auto kHelloTimeout = std::chrono::milliseconds(2000);
+// Clients refused per accept() call, so that a flood of them cannot hold up the server.
+constexpr int kRefusalsPerCall = 16;
 // The silence after which a peer that acknowledges nothing is gone, when the options set
 // none (a UD peer gives no other sign of its death).
 constexpr std::chrono::milliseconds kDefaultSilence{30'000};
@@ -73,46 +77,44 @@ std::unique_ptr<Link> open_link(std::unique_ptr<UdStream> stream, const ud::Hell
 
 class UdListener final : public Listener {
  public:
-  UdListener(std::shared_ptr<UdDevice> device, int fd, const Options& options, std::string url)
-      : device_(std::move(device)), fd_(fd), options_(options), url_(std::move(url)) {}
-  ~UdListener() override { close(fd_); }
-  UdListener(const UdListener&) = delete;
-  UdListener& operator=(const UdListener&) = delete;
+  UdListener(std::shared_ptr<UdDevice> device, std::unique_ptr<HelloAcceptor> acceptor,
+             const Options& options, std::string url)
+      : device_(std::move(device)),
+        acceptor_(std::move(acceptor)),
+        options_(options),
+        url_(std::move(url)) {}
 
   std::unique_ptr<Link> accept() override {
-    for (;;) {
-      const int fd = accept4(fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (fd < 0) {
-        if (errno == ECONNABORTED || errno == EINTR) continue;
-        return nullptr;  // none waits (or out of descriptors: the backlog keeps them)
-      }
-      std::unique_ptr<Link> link = handshake(fd);
+    for (int refused = 0; refused < kRefusalsPerCall; ++refused) {
+      ud::Hello peer{};
+      const int fd = acceptor_->next(std::as_writable_bytes(std::span(&peer, 1)));
+      if (fd < 0) break;
+      std::unique_ptr<Link> link = admit(fd, peer);
       close(fd);
       if (link) return link;
     }
+    return nullptr;
   }
-  int wait_fd() const override { return fd_; }
+  int wait_fd() const override { return acceptor_->wait_fd(); }
   const std::string& url() const override { return url_; }
 
  private:
-  std::unique_ptr<Link> handshake(int fd) {
-    set_no_delay(fd);
-    const Clock::time_point deadline = Clock::now() + kAcceptHandshakeTimeout;
+  /// The session of the client whose hello `peer` arrived on `fd`, which takes our own
+  /// hello (or why it is refused); nullptr if it is not admitted.
+  std::unique_ptr<Link> admit(int fd, const ud::Hello& peer) {
+    if (!well_formed(peer)) return nullptr;
     std::error_code error;
-    ud::Hello peer{};
-    if (!receive_all(fd, std::as_writable_bytes(std::span(&peer, 1)), deadline, error) ||
-        !well_formed(peer))
-      return nullptr;
     std::unique_ptr<UdStream> stream = UdStream::open(device_, silence_of(options_), error);
     const auto status = static_cast<uint32_t>(stream ? 0 : error.value());
     const ud::Hello own = own_hello(*device_, options_, stream ? stream->session() : 0, status);
-    if (!send_all(fd, std::as_bytes(std::span(&own, 1)), deadline, error) || !stream)
+    // The socket's send buffer is empty: the hello goes in whole or the client is gone.
+    if (::send(fd, &own, sizeof own, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof own) || !stream)
       return nullptr;
     return open_link(std::move(stream), peer, options_);
   }
 
   std::shared_ptr<UdDevice> device_;
-  int fd_;
+  std::unique_ptr<HelloAcceptor> acceptor_;
   Options options_;
   std::string url_;
 };
@@ -128,9 +130,12 @@ std::unique_ptr<Listener> listen_ud(const std::string& host_port, Engine& engine
   if (!device) return nullptr;
   const int fd = listen_on(addresses, error);
   if (fd < 0) return nullptr;
-  return std::make_unique<UdListener>(
-      std::move(device), fd, engine.options(),
-      "ud://" + where.written_host + ":" + std::to_string(bound_port(fd)));
+  const uint16_t port = bound_port(fd);
+  std::unique_ptr<HelloAcceptor> acceptor =
+      HelloAcceptor::open(fd, sizeof(ud::Hello), {}, kHelloTimeout, error);
+  if (!acceptor) return nullptr;
+  return std::make_unique<UdListener>(std::move(device), std::move(acceptor), engine.options(),
+                                      "ud://" + where.written_host + ":" + std::to_string(port));
 }
 
 std::unique_ptr<Link> connect_ud(const std::string& host_port, Engine& engine,
