@@ -27,6 +27,8 @@ int remaining_ms(Deadline deadline) {
   return left.count() <= 0 ? 0 : static_cast<int>(left.count());
 }
 
+}  // namespace
+
 bool wait_for(int fd, short events, Deadline deadline, std::error_code& ec) {
   for (;;) {
     pollfd p{fd, events, 0};
@@ -42,8 +44,6 @@ bool wait_for(int fd, short events, Deadline deadline, std::error_code& ec) {
     }
   }
 }
-
-}  // namespace
 
 int tcp_connect(const std::string& host, uint16_t port, Deadline deadline, std::error_code& ec) {
   addrinfo hints{};

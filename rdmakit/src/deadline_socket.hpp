@@ -18,6 +18,8 @@ int tcp_listen(const std::string& address, uint16_t port, int backlog);
 uint16_t local_port(int fd);
 // "a.b.c.d:port" of the peer.
 std::string peer_name(int fd);
+// Waits until `fd` has one of `events` (poll(2)'s), or the deadline passes: timed_out.
+bool wait_for(int fd, short events, Deadline deadline, std::error_code& ec);
 // Waits until `fd` is readable (or the deadline passes: timed_out). A negative deadline
 // count means no limit.
 bool wait_readable(int fd, Deadline deadline, std::error_code& ec);

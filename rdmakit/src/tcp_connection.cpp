@@ -1,6 +1,7 @@
 #include "rdmakit/tcp_connection.hpp"
 
-#include <endian.h>
+#include <poll.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -8,16 +9,19 @@
 
 #include "deadline_socket.hpp"
 #include "rdmakit/error.hpp"
+#include "tcp_frames.hpp"
+#include "tcp_server_handshake.hpp"
 
 namespace rdmakit {
 namespace {
 
 using detail::Deadline;
 
-// Frames of the TCP exchange: kind (1 byte), length (4 bytes LE), payload.
-enum class Frame : uint8_t { offer = 'O', reject = 'R', ready = 'K' };
-constexpr uint32_t kMaxFrame = 64 * 1024 + 256;  // an offer with the largest user data
-static_assert(kMaxFrame >= 0xffff + 58, "a frame holds an offer with 64 KiB of user data");
+using detail::Frame;
+using detail::read_reject;
+using detail::recv_frame;
+using detail::reject_payload;
+using detail::send_frame;
 
 struct Fd {
   int fd;
@@ -25,51 +29,6 @@ struct Fd {
     if (fd >= 0) close(fd);
   }
 };
-
-bool send_frame(int fd, Frame kind, std::span<const std::byte> payload, Deadline deadline,
-                std::error_code& ec) {
-  std::byte header[5];
-  header[0] = static_cast<std::byte>(kind);
-  const uint32_t len = htole32(static_cast<uint32_t>(payload.size()));
-  std::memcpy(header + 1, &len, sizeof len);
-  return detail::send_all(fd, header, sizeof header, deadline, ec) &&
-         detail::send_all(fd, payload.data(), payload.size(), deadline, ec);
-}
-
-bool recv_frame(int fd, Frame& kind, std::vector<std::byte>& payload, Deadline deadline,
-                std::error_code& ec) {
-  std::byte header[5];
-  if (!detail::recv_exact(fd, header, sizeof header, deadline, ec)) return false;
-  uint32_t len;
-  std::memcpy(&len, header + 1, sizeof len);
-  len = le32toh(len);
-  kind = static_cast<Frame>(header[0]);
-  if (len > kMaxFrame || (kind != Frame::offer && kind != Frame::reject && kind != Frame::ready)) {
-    ec = make_error_code(Errc::handshake_malformed);
-    return false;
-  }
-  payload.resize(len);
-  return detail::recv_exact(fd, payload.data(), len, deadline, ec);
-}
-
-// A reject frame: the error (1 byte, an Errc) and the explanation.
-std::vector<std::byte> reject_payload(std::error_code ec, const std::string& why) {
-  std::vector<std::byte> out(1 + why.size());
-  out[0] = static_cast<std::byte>(ec.category() == rdmakit_category() ? ec.value()
-                                                                      : int(Errc::rejected));
-  std::memcpy(out.data() + 1, why.data(), why.size());
-  return out;
-}
-
-std::error_code read_reject(std::span<const std::byte> payload, std::string& why) {
-  if (payload.empty()) return make_error_code(Errc::rejected);
-  why = "the peer refused: " +
-        std::string(reinterpret_cast<const char*>(payload.data()) + 1, payload.size() - 1);
-  const int code = static_cast<int>(payload[0]);
-  return code >= int(Errc::handshake_malformed) && code <= int(Errc::handshake_mismatch)
-             ? make_error_code(static_cast<Errc>(code))
-             : make_error_code(Errc::rejected);
-}
 
 // The part both roles share once the offers are known: check, refuse or connect the QP and
 // wait until the peer's QP is ready too (so neither side sends to a QP not yet in RTR).
@@ -117,18 +76,7 @@ bool receive_offer(int fd, HandshakeOffer& theirs, Deadline deadline, std::error
     why = "reading the peer's offer: " + ec.message();
     return false;
   }
-  if (kind == Frame::reject) {
-    ec = read_reject(payload, why);
-    return false;
-  }
-  ec = kind == Frame::offer ? decode(payload, OfferForm::full, theirs)
-                            : make_error_code(Errc::handshake_malformed);
-  if (ec == Errc::handshake_version) {
-    HandshakeOffer ours;
-    check_compatible(ours, theirs, why);
-  } else if (ec) {
-    why = "the peer's offer is not an rdmakit handshake";
-  }
+  ec = detail::read_offer(kind, payload, theirs, why);
   return !ec;
 }
 
@@ -143,9 +91,21 @@ TcpAcceptor::TcpAcceptor(std::shared_ptr<Resources> resources, const std::string
     : resources_(std::move(resources)), options_(std::move(options)) {
   fd_ = detail::tcp_listen(address, port, 128);
   port_ = detail::local_port(fd_);
+  epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+  epoll_event event{};
+  event.events = EPOLLIN;
+  event.data.fd = fd_;
+  if (epoll_fd_ < 0 || epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd_, &event) != 0) {
+    const int saved = errno;
+    if (epoll_fd_ >= 0) close(epoll_fd_);
+    close(fd_);
+    throw_error(verbs_error(saved), "TcpAcceptor: the wait set of port " + std::to_string(port_));
+  }
 }
 
 TcpAcceptor::~TcpAcceptor() {
+  handshakes_.clear();
+  if (epoll_fd_ >= 0) close(epoll_fd_);
   close(fd_);
 }
 
@@ -169,29 +129,75 @@ Connection TcpAcceptor::accept_for(std::chrono::milliseconds wait, std::error_co
     }
   }
   if (client >= 0) {
-    Fd guard{client};
-    const Deadline deadline = std::chrono::steady_clock::now() + options_.timeout;
-    HandshakeOffer theirs;
-    if (receive_offer(client, theirs, deadline, ec, why)) {
-      QueuePair qp = detail::builder_for(*resources_, options_).build();
-      const HandshakeOffer ours = detail::make_offer(*resources_, qp, options_);
-      std::string refusal;
-      if (check_compatible(ours, theirs, refusal)) {
-        result = finish_handshake(client, resources_, std::move(qp), ours, std::move(theirs),
-                                  deadline, ec, why);
-      } else if (send_frame(client, Frame::offer, encode(ours, OfferForm::full), deadline, ec)) {
-        result = finish_handshake(client, resources_, std::move(qp), ours, std::move(theirs),
-                                  deadline, ec, why);
-      } else {
-        why = "sending the offer: " + ec.message();
-      }
-    } else if (ec == Errc::handshake_version) {
-      std::error_code ignored;
-      send_frame(client, Frame::reject, reject_payload(ec, why), deadline, ignored);
+    detail::ServerHandshake h(client, std::chrono::steady_clock::now() + options_.timeout);
+    for (h.advance(resources_, options_); h.state() != detail::ServerHandshake::State::done &&
+                                          h.state() != detail::ServerHandshake::State::failed;
+         h.advance(resources_, options_)) {
+      if (!detail::wait_for(client, h.wants_write() ? POLLOUT : POLLIN, h.deadline(), ec))
+        h.fail(ec, "waiting for the client: " + ec.message());
+    }
+    if (h.state() == detail::ServerHandshake::State::done) {
+      result = h.take(resources_);
+    } else {
+      ec = h.error();
+      why = h.why();
     }
   }
   remember(std::move(why));
   return result;
+}
+
+void TcpAcceptor::forget(size_t index) {
+  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, handshakes_[index]->fd(), nullptr);
+  handshakes_.erase(handshakes_.begin() + static_cast<std::ptrdiff_t>(index));
+}
+
+Connection TcpAcceptor::accept_ready() {
+  using State = detail::ServerHandshake::State;
+  constexpr size_t kMostHandshakes = 64;
+  constexpr int kAcceptsPerCall = 16;  // so that one call stays short
+  const auto now = std::chrono::steady_clock::now();
+  for (int i = 0; i < kAcceptsPerCall; ++i) {
+    const int client = ::accept4(fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (client < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      break;  // none waits (or out of descriptors: the backlog keeps them)
+    }
+    if (handshakes_.size() == kMostHandshakes) {
+      remember("dropped the oldest unfinished handshake for a new client");
+      forget(0);
+    }
+    epoll_event event{};
+    event.events = EPOLLIN;
+    event.data.fd = client;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, client, &event);
+    handshakes_.push_back(
+        std::make_unique<detail::ServerHandshake>(client, now + options_.timeout));
+  }
+  for (size_t i = 0; i < handshakes_.size();) {
+    detail::ServerHandshake& h = *handshakes_[i];
+    if (now >= h.deadline())
+      h.fail(make_error_code(Errc::timed_out), "the client did not finish its handshake in time");
+    else
+      h.advance(resources_, options_);
+    if (h.state() == State::done) {
+      Connection connection = h.take(resources_);
+      forget(i);
+      remember("");
+      return connection;
+    }
+    if (h.state() == State::failed) {
+      remember(h.why());
+      forget(i);
+      continue;
+    }
+    epoll_event event{};
+    event.events = h.wants_write() ? EPOLLOUT : EPOLLIN;
+    event.data.fd = h.fd();
+    epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, h.fd(), &event);
+    ++i;
+  }
+  return {};
 }
 
 Connection TcpAcceptor::accept(std::error_code& ec) {

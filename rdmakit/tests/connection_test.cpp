@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -230,6 +231,50 @@ TEST(TcpHandshake, ASilentPeerTimesOut) {
   EXPECT_EQ(ec, Errc::timed_out);
   EXPECT_THAT(connector.explanation(), HasSubstr("reading the peer's offer: timed out"));
   EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
+}
+
+// An event loop's acceptor: a client that connects and says nothing never holds up the
+// others' handshakes, each call returns at once, and the silent one is dropped after the
+// timeout.
+TEST(TcpHandshake, AcceptReadyNeverWaitsForASilentClient) {
+  auto server_res = Resources::open();
+  auto client_res = Resources::open();
+  ConnectionOptions options;
+  options.timeout = 300ms;
+  TcpAcceptor acceptor(server_res, "127.0.0.1", 0, options);
+  sockaddr_in sin{};
+  sin.sin_family = AF_INET;
+  sin.sin_port = htons(acceptor.port());
+  sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const int silent = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_EQ(connect(silent, reinterpret_cast<sockaddr*>(&sin), sizeof sin), 0);
+  Connection client;
+  std::thread connecting([&] {
+    TcpConnector connector(client_res);
+    std::error_code ec;
+    client = connector.connect("127.0.0.1", acceptor.port(), ec);
+    if (ec) ADD_FAILURE() << connector.explanation();
+  });
+  Connection server;
+  std::chrono::steady_clock::duration longest{};
+  const auto start = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - start < 3s &&
+         (!server || acceptor.explanation().empty())) {
+    pollfd p{acceptor.ready_fd(), POLLIN, 0};
+    ::poll(&p, 1, 10);
+    const auto before = std::chrono::steady_clock::now();
+    Connection c = acceptor.accept_ready();
+    longest = std::max(longest, std::chrono::steady_clock::now() - before);
+    if (c) server = std::move(c);
+  }
+  connecting.join();
+  close(silent);
+  ASSERT_TRUE(server);
+  ASSERT_TRUE(client);
+  EXPECT_EQ(server.qp().state(), IBV_QPS_RTS);
+  EXPECT_EQ(client.peer().address.qpn, server.qp().qpn());
+  EXPECT_LT(longest, 100ms) << "accept_ready() waited";
+  EXPECT_THAT(acceptor.explanation(), HasSubstr("did not finish its handshake in time"));
 }
 
 TYPED_TEST(Connections, PeerKilledMidOperationCompletesEveryAwaiterWithAnError) {

@@ -135,8 +135,8 @@ INSTANTIATE_TEST_SUITE_P(Frames, HostileTcpPeer,
                          bad_name);
 
 // Clients that connect and then say nothing, or only part of their hello, over the
-// transports whose sessions start with a hello on a TCP connection: the server's poll never
-// waits for them, and everyone else is served meanwhile.
+// transports whose sessions are set up over a TCP connection: the server's poll never waits
+// for them, and everyone else is served meanwhile.
 class SilentTcpClients : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(SilentTcpClients, NeverHoldUpTheServersPoll) {
@@ -157,9 +157,9 @@ TEST_P(SilentTcpClients, NeverHoldUpTheServersPoll) {
   close(partial);
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, SilentTcpClients, ::testing::Values("tcp", "ud"),
+INSTANTIATE_TEST_SUITE_P(Transports, SilentTcpClients, ::testing::Values("tcp", "ud", "rc+tcp"),
                          [](const ::testing::TestParamInfo<std::string>& scheme) {
-                           return scheme.param;
+                           return scheme.param == "rc+tcp" ? std::string("rc_tcp") : scheme.param;
                          });
 
 }  // namespace

@@ -5,10 +5,14 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "rdmakit/connection.hpp"
 
 namespace rdmakit {
+namespace detail {
+class ServerHandshake;
+}
 
 /// Accepts connections whose handshake travels over a TCP socket (as perftest's).
 class TcpAcceptor : public detail::LastFailure {
@@ -33,11 +37,25 @@ class TcpAcceptor : public detail::LastFailure {
   /// Gives up with Errc::timed_out if no client arrives within `wait`.
   Connection accept_for(std::chrono::milliseconds wait, std::error_code& ec);
 
+  /// For an event loop that must never wait: takes the clients waiting and moves every
+  /// handshake in progress as far as what has arrived allows. A connection whose handshake
+  /// completed, or an empty one (a failed handshake is remembered: explanation()). At most
+  /// 64 handshakes are in progress at once (more clients drop the oldest), each for at most
+  /// options.timeout. One thread at a time.
+  Connection accept_ready();
+  /// Readable when accept_ready() has work: a client waiting, or a handshake that can move.
+  int ready_fd() const noexcept { return epoll_fd_; }
+
  private:
+  /// Stops watching handshake `index` and drops it (its socket closes).
+  void forget(size_t index);
+
   std::shared_ptr<Resources> resources_;
   ConnectionOptions options_;
   int fd_ = -1;
   uint16_t port_ = 0;
+  int epoll_fd_ = -1;  // the listening socket and the sockets of handshakes_
+  std::vector<std::unique_ptr<detail::ServerHandshake>> handshakes_;  // oldest first
 };
 
 /// Connects to a TcpAcceptor: TCP connect, handshake, then the QP is connected.

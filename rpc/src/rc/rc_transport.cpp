@@ -26,7 +26,8 @@ using rc::RcLink;
 // each; completions are asked for every half queue.
 constexpr uint32_t kSendDepth = 256;
 constexpr uint32_t kMaxRingBytes = 1u << 30;
-// The acceptor's bound on one connection's handshake, which runs inside the server's poll.
+// The acceptor's bound on one connection's handshake (rc://'s runs inside the server's poll;
+// rc+tcp://'s moves along with the polls, never waiting).
 constexpr auto kAcceptHandshakeTimeout = std::chrono::milliseconds(2000);
 
 uint32_t ring_bytes_of(const Options& options) noexcept {
@@ -95,11 +96,21 @@ class RcListener final : public Listener {
 
   std::unique_ptr<Link> accept() override {
     std::error_code ec;
-    Connection connection = acceptor_->accept_for(std::chrono::milliseconds(0), ec);
+    Connection connection;
+    // An acceptor with handshakes an event loop can move never waits for a client.
+    if constexpr (requires { acceptor_->accept_ready(); })
+      connection = acceptor_->accept_ready();
+    else
+      connection = acceptor_->accept_for(std::chrono::milliseconds(0), ec);
     if (!connection) return nullptr;
     return open_link(device_, std::move(connection), options_, ec);  // null: dropped
   }
-  int wait_fd() const override { return acceptor_->fd(); }
+  int wait_fd() const override {
+    if constexpr (requires { acceptor_->ready_fd(); })
+      return acceptor_->ready_fd();
+    else
+      return acceptor_->fd();
+  }
   const std::string& url() const override { return url_; }
 
  private:
