@@ -23,6 +23,14 @@ using detail::recv_frame;
 using detail::reject_payload;
 using detail::send_frame;
 
+// Adds `fd` to (or, with EPOLL_CTL_MOD, changes it in) the wait set `epoll_fd`.
+bool watch(int epoll_fd, int op, int fd, uint32_t events) {
+  epoll_event event{};
+  event.events = events;
+  event.data.fd = fd;
+  return epoll_ctl(epoll_fd, op, fd, &event) == 0;
+}
+
 struct Fd {
   int fd;
   ~Fd() {
@@ -30,8 +38,9 @@ struct Fd {
   }
 };
 
-// The part both roles share once the offers are known: check, refuse or connect the QP and
-// wait until the peer's QP is ready too (so neither side sends to a QP not yet in RTR).
+// The connecting side once the offers are known: check, refuse or connect the QP and wait
+// until the peer's QP is ready too (so neither side sends to a QP not yet in RTR). The
+// accepting side does the same steps without waiting (tcp_server_handshake.hpp).
 Connection finish_handshake(int fd, const std::shared_ptr<Resources>& resources, QueuePair qp,
                             const HandshakeOffer& ours, HandshakeOffer theirs, Deadline deadline,
                             std::error_code& ec, std::string& why) {
@@ -92,10 +101,7 @@ TcpAcceptor::TcpAcceptor(std::shared_ptr<Resources> resources, const std::string
   fd_ = detail::tcp_listen(address, port, 128);
   port_ = detail::local_port(fd_);
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
-  epoll_event event{};
-  event.events = EPOLLIN;
-  event.data.fd = fd_;
-  if (epoll_fd_ < 0 || epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd_, &event) != 0) {
+  if (epoll_fd_ < 0 || !watch(epoll_fd_, EPOLL_CTL_ADD, fd_, EPOLLIN)) {
     const int saved = errno;
     if (epoll_fd_ >= 0) close(epoll_fd_);
     close(fd_);
@@ -167,10 +173,7 @@ Connection TcpAcceptor::accept_ready() {
       remember("dropped the oldest unfinished handshake for a new client");
       forget(0);
     }
-    epoll_event event{};
-    event.events = EPOLLIN;
-    event.data.fd = client;
-    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, client, &event);
+    watch(epoll_fd_, EPOLL_CTL_ADD, client, EPOLLIN);
     handshakes_.push_back(
         std::make_unique<detail::ServerHandshake>(client, now + options_.timeout));
   }
@@ -191,10 +194,7 @@ Connection TcpAcceptor::accept_ready() {
       forget(i);
       continue;
     }
-    epoll_event event{};
-    event.events = h.wants_write() ? EPOLLOUT : EPOLLIN;
-    event.data.fd = h.fd();
-    epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, h.fd(), &event);
+    watch(epoll_fd_, EPOLL_CTL_MOD, h.fd(), h.wants_write() ? EPOLLOUT : EPOLLIN);
     ++i;
   }
   return {};

@@ -91,13 +91,13 @@ void ServerHandshake::on_offer(Frame kind, std::span<const std::byte> payload,
     refuse(e.code(), std::string("creating the QP: ") + e.what());
     return;
   }
-  ours_ = make_offer(*resources, *qp_, options);
-  if (const std::error_code ec = check_compatible(ours_, theirs_, why)) {
+  const HandshakeOffer ours = make_offer(*resources, *qp_, options);
+  if (const std::error_code ec = check_compatible(ours, theirs_, why)) {
     refuse(ec, std::move(why));
     return;
   }
-  append_frame(out_, Frame::offer, encode(ours_, OfferForm::full));
-  negotiated_ = negotiate(ours_, theirs_);
+  append_frame(out_, Frame::offer, encode(ours, OfferForm::full));
+  negotiated_ = negotiate(ours, theirs_);
   std::error_code ec;
   qp_->connect(theirs_.address, negotiated_.path, ec);
   if (ec) {

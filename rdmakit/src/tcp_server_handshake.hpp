@@ -62,7 +62,7 @@ class ServerHandshake {
   std::vector<std::byte> out_;
   size_t sent_ = 0;
   std::optional<QueuePair> qp_;
-  HandshakeOffer ours_, theirs_;
+  HandshakeOffer theirs_;
   Negotiated negotiated_{};
   std::error_code ec_;
   std::string why_;

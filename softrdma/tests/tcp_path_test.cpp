@@ -199,6 +199,22 @@ class TcpPathTest : public RcLoopbackTest {
     ASSERT_EQ(rc_connect(qp, qpn, fake_host_gid(ip), fast), 0);
   }
 
+  static constexpr uint32_t kDatagramQkey = 0x2222;
+  // A UD QP in RTS (qkey kDatagramQkey) with its CQ.
+  void DatagramQp(ibv_cq*& cq, ibv_qp*& qp) {
+    cq = NewCq();
+    qp = NewQp(IBV_QPT_UD, cq, cq);
+    ASSERT_NE(qp, nullptr);
+    ASSERT_EQ(ud_to_rts(qp, kDatagramQkey), 0);
+  }
+  // A UC QP with its CQ, connected to QP `qpn` of a fake host at `ip`.
+  void UcQpToFakeHost(const char* ip, uint32_t qpn, ibv_cq*& cq, ibv_qp*& qp) {
+    cq = NewCq();
+    qp = NewQp(IBV_QPT_UC, cq, cq);
+    ASSERT_NE(qp, nullptr);
+    ASSERT_EQ(uc_connect(qp, qpn, fake_host_gid(ip)), 0);
+  }
+
   // Sends request `psn` of p_.a's stream to p_.b over `s`: `opcode` on `target` at `at`,
   // with a payload of `length` bytes of `byte` when the opcode carries one. Returns the
   // responder's answer; a READ's data or an atomic's original value goes to `*result`.
@@ -459,17 +475,15 @@ TEST_F(TcpPathTest, APeerThatTakesRequestsButNeverAnswersTimesOut) {
 // it completes as sent, and nothing retries it. A peer that is gone or silent neither holds
 // up the QP (or its datagrams to other peers) nor keeps a thread busy retrying.
 TEST_F(TcpPathTest, DatagramsToAHostWhereNothingListensCompleteAndTheQpGoesOn) {
-  constexpr uint32_t kQkey = 0x2222;
-  ibv_cq* cq = NewCq();
-  ibv_qp* qp = NewQp(IBV_QPT_UD, cq, cq);
-  ASSERT_NE(qp, nullptr);
-  ASSERT_EQ(ud_to_rts(qp, kQkey), 0);
+  ibv_cq* cq = nullptr;
+  ibv_qp* qp = nullptr;
+  ASSERT_NO_FATAL_FAILURE(DatagramQp(cq, qp));
   AhPtr nowhere = NewAh(fake_host_gid("127.0.0.4"));  // nothing listens there
   ASSERT_NE(nowhere, nullptr);
   Buffer src = NewBuffer(64, 0, 1);
   const auto start = Clock::now();
   for (uint64_t id = 1; id <= 3; ++id)
-    ASSERT_EQ(post_send(qp, ud_wr(id, nowhere.get(), 0x4444, kQkey), {src.sge()}), 0);
+    ASSERT_EQ(post_send(qp, ud_wr(id, nowhere.get(), 0x4444, kDatagramQkey), {src.sge()}), 0);
   for (uint64_t id = 1; id <= 3; ++id) EXPECT_TRUE(completed(poll_one(cq), id));
   EXPECT_LT(Clock::now() - start, Millis{2000});
   EXPECT_EQ(qp_state(qp), IBV_QPS_RTS);
@@ -504,20 +518,19 @@ FakeHost::Serve answering_host(Millis delay, ibv_qp_type type, std::atomic<int>&
 }
 
 TEST_F(TcpPathTest, DatagramsToAPeerThatNeverAnswersAreLostAfterAWhile) {
-  constexpr uint32_t kFakeQpn = 0x4545, kQkey = 0x2222;
+  constexpr uint32_t kFakeQpn = 0x4545;
   std::atomic<int> seen{0};
   FakeHost silent("127.0.0.5", kFakeQpn, answering_host(Millis{-1}, IBV_QPT_UD, seen));
   ASSERT_EQ(silent.error(), "");
-  ibv_cq* cq = NewCq();
-  ibv_qp* qp = NewQp(IBV_QPT_UD, cq, cq);
-  ASSERT_NE(qp, nullptr);
-  ASSERT_EQ(ud_to_rts(qp, kQkey), 0);
+  ibv_cq* cq = nullptr;
+  ibv_qp* qp = nullptr;
+  ASSERT_NO_FATAL_FAILURE(DatagramQp(cq, qp));
   AhPtr ah = NewAh(fake_host_gid("127.0.0.5"));
   ASSERT_NE(ah, nullptr);
   Buffer src = NewBuffer(64, 0, 1);
   const auto start = Clock::now();
   for (uint64_t id = 1; id <= 3; ++id)
-    ASSERT_EQ(post_send(qp, ud_wr(id, ah.get(), kFakeQpn, kQkey), {src.sge()}), 0);
+    ASSERT_EQ(post_send(qp, ud_wr(id, ah.get(), kFakeQpn, kDatagramQkey), {src.sge()}), 0);
   for (uint64_t id = 1; id <= 3; ++id) EXPECT_TRUE(completed(poll_one(cq), id));
   // Each counted lost half a second after the one before it (at most as long again while
   // the link is watched for progress).
@@ -529,22 +542,21 @@ TEST_F(TcpPathTest, DatagramsToAPeerThatNeverAnswersAreLostAfterAWhile) {
 // One UD QP, two peers on two links: the second peer's answer comes first, and is kept
 // until the first one's comes; completions keep posting order.
 TEST_F(TcpPathTest, DatagramsToTwoPeersCompleteInOrderWhicheverAnswersFirst) {
-  constexpr uint32_t kSlowQpn = 0x4848, kQuickQpn = 0x4949, kQkey = 0x2222;
+  constexpr uint32_t kSlowQpn = 0x4848, kQuickQpn = 0x4949;
   std::atomic<int> slow_seen{0}, quick_seen{0};
   FakeHost slow("127.0.0.8", kSlowQpn, answering_host(Millis{100}, IBV_QPT_UD, slow_seen));
   FakeHost quick("127.0.0.9", kQuickQpn, answering_host(Millis{0}, IBV_QPT_UD, quick_seen));
   ASSERT_EQ(slow.error(), "");
   ASSERT_EQ(quick.error(), "");
-  ibv_cq* cq = NewCq();
-  ibv_qp* qp = NewQp(IBV_QPT_UD, cq, cq);
-  ASSERT_NE(qp, nullptr);
-  ASSERT_EQ(ud_to_rts(qp, kQkey), 0);
+  ibv_cq* cq = nullptr;
+  ibv_qp* qp = nullptr;
+  ASSERT_NO_FATAL_FAILURE(DatagramQp(cq, qp));
   AhPtr to_slow = NewAh(fake_host_gid("127.0.0.8")), to_quick = NewAh(fake_host_gid("127.0.0.9"));
   ASSERT_TRUE(to_slow && to_quick);
   Buffer src = NewBuffer(64, 0, 1);
   const auto start = Clock::now();
-  ASSERT_EQ(post_send(qp, ud_wr(1, to_slow.get(), kSlowQpn, kQkey), {src.sge()}), 0);
-  ASSERT_EQ(post_send(qp, ud_wr(2, to_quick.get(), kQuickQpn, kQkey), {src.sge()}), 0);
+  ASSERT_EQ(post_send(qp, ud_wr(1, to_slow.get(), kSlowQpn, kDatagramQkey), {src.sge()}), 0);
+  ASSERT_EQ(post_send(qp, ud_wr(2, to_quick.get(), kQuickQpn, kDatagramQkey), {src.sge()}), 0);
   EXPECT_TRUE(completed(poll_one(cq), 1));
   EXPECT_TRUE(completed(poll_one(cq), 2));
   // By their answers, not counted lost after half a second without one.
@@ -554,10 +566,9 @@ TEST_F(TcpPathTest, DatagramsToTwoPeersCompleteInOrderWhicheverAnswersFirst) {
 }
 
 TEST_F(TcpPathTest, UcWritesToAHostWhereNothingListensCompleteAndTheQpGoesOn) {
-  ibv_cq* cq = NewCq();
-  ibv_qp* qp = NewQp(IBV_QPT_UC, cq, cq);
-  ASSERT_NE(qp, nullptr);
-  ASSERT_EQ(uc_connect(qp, 0x4646, fake_host_gid("127.0.0.6")), 0);  // nothing listens there
+  ibv_cq* cq = nullptr;
+  ibv_qp* qp = nullptr;
+  ASSERT_NO_FATAL_FAILURE(UcQpToFakeHost("127.0.0.6", 0x4646, cq, qp));  // nothing listens there
   Buffer src = NewBuffer(8, 0, 1);
   ASSERT_EQ(post_send(qp, rdma_wr(1, IBV_WR_RDMA_WRITE, 0x1000, 0x77), {src.sge()}), 0);
   ASSERT_EQ(post_send(qp, rdma_wr(2, IBV_WR_RDMA_WRITE, 0x1000, 0x77), {src.sge()}), 0);
@@ -571,10 +582,9 @@ TEST_F(TcpPathTest, AUcWriteToAPeerThatNeverAnswersIsLostAfterAWhile) {
   std::atomic<int> seen{0};
   FakeHost silent("127.0.0.7", kFakeQpn, answering_host(Millis{-1}, IBV_QPT_UC, seen));
   ASSERT_EQ(silent.error(), "");
-  ibv_cq* cq = NewCq();
-  ibv_qp* qp = NewQp(IBV_QPT_UC, cq, cq);
-  ASSERT_NE(qp, nullptr);
-  ASSERT_EQ(uc_connect(qp, kFakeQpn, fake_host_gid("127.0.0.7")), 0);
+  ibv_cq* cq = nullptr;
+  ibv_qp* qp = nullptr;
+  ASSERT_NO_FATAL_FAILURE(UcQpToFakeHost("127.0.0.7", kFakeQpn, cq, qp));
   Buffer src = NewBuffer(8, 0, 1);
   const auto start = Clock::now();
   ASSERT_EQ(post_send(qp, rdma_wr(1, IBV_WR_RDMA_WRITE, 0x1000, 0x77), {src.sge()}), 0);

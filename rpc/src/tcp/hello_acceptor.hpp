@@ -33,7 +33,6 @@ class HelloAcceptor {
   int next(std::span<std::byte> hello);
   /// Readable when a connection waits or a waiting one's client sent something.
   int wait_fd() const noexcept { return epoll_fd_; }
-  int listen_fd() const noexcept { return listen_fd_; }
 
  private:
   struct Waiting {
