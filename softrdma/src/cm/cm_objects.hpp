@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cm/cm_wire.hpp"
+#include "common/object_pool.hpp"
 
 // From softrdma's libibverbs (node SOFTRDMA_PRIVATE_1): stops a QP of this process.
 extern "C" int softrdma_qp_error(uint32_t qpn);
@@ -66,7 +67,7 @@ enum class IdState {
   kDestroying,
 };
 
-struct CmId {
+struct CmId : Pooled<CmId> {
   rdma_cm_id id;  // first
   EventChannel* channel = nullptr;
   bool synchronous = false;
@@ -122,6 +123,8 @@ inline EventChannel* to_channel(rdma_event_channel* c) {
 inline CmId* to_id(rdma_cm_id* i) {
   return reinterpret_cast<CmId*>(i);
 }
+// to_id relies on it (the pool's empty base takes no room).
+static_assert(offsetof(CmId, id) == 0);
 
 /// Queues an event for `id` on its channel. `msg` (optional) supplies private data and
 /// connection parameters.

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/biased_lock.hpp"
+#include "common/object_pool.hpp"
 #include "common/process_lock.hpp"
 #include "engine/arena.hpp"
 #include "engine/local_key_cache.hpp"
@@ -71,7 +72,7 @@ struct Mr {
 
 struct Channel;
 
-struct Cq {
+struct Cq : Pooled<Cq> {
   union {  // ibv_cq_ex begins with the fields of ibv_cq
     ibv_cq_ex cq_ex{};
     ibv_cq cq;
@@ -91,7 +92,7 @@ struct Cq {
   BiasedLock poll_lock;  // one poll at a time; biased to the thread that polls
 };
 
-struct Channel {
+struct Channel : Pooled<Channel> {
   ibv_comp_channel channel;
   std::mutex mutex;
   std::vector<Cq*> cqs;
@@ -179,7 +180,7 @@ struct WrBatch {
   int error = 0;  // the first misuse seen since ibv_wr_start; ibv_wr_complete returns it
 };
 
-struct Qp {
+struct Qp : Pooled<Qp> {
   ibv_qp_ex qpx;  // first: ibv_qp* and ibv_qp_ex* both point here
   Context* ctx = nullptr;
   uint64_t offset = 0;
@@ -256,6 +257,14 @@ void detach_all_groups(Qp& q);
 inline Qp* to_qp(ibv_qp* q) {
   return reinterpret_cast<Qp*>(q);
 }
+
+// The conversions above rely on it (the pool's empty base takes no room). Qp is not
+// standard-layout, where offsetof is GCC's extension: it computes it all the same.
+static_assert(offsetof(Cq, cq) == 0 && offsetof(Channel, channel) == 0);
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Winvalid-offsetof"
+static_assert(offsetof(Qp, qpx) == 0);
+#pragma GCC diagnostic pop
 
 /// A completion-channel or async-event fd: an eventfd counting one per event.
 int eventfd_for_channel();
