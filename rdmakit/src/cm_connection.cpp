@@ -4,8 +4,10 @@
 #include <netdb.h>
 #include <rdma/rdma_cma.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "deadline_socket.hpp"
 #include "rdmakit/error.hpp"
@@ -131,6 +133,7 @@ CmAcceptor::CmAcceptor(std::shared_ptr<Resources> resources, const std::string& 
 }
 
 CmAcceptor::~CmAcceptor() {
+  answered_.clear();  // their ids before the channel they report to
   for (rdma_cm_event* event : waiting_) {
     rdma_cm_id* id = event->id;
     rdma_ack_cm_event(event);
@@ -173,6 +176,76 @@ Connection CmAcceptor::accept_for(std::chrono::milliseconds wait, std::error_cod
   return result;
 }
 
+// A request answered with rdma_accept whose client has not established the connection yet.
+struct CmAcceptor::Answered {
+  rdma_cm_id* id = nullptr;
+  QueuePair qp;
+  HandshakeOffer ours, theirs;
+  Deadline deadline;
+
+  Answered() = default;
+  Answered(const Answered&) = delete;
+  Answered& operator=(const Answered&) = delete;
+  ~Answered() {
+    qp = QueuePair();  // before the id it was made on
+    if (id) rdma_destroy_id(id);
+  }
+};
+
+std::unique_ptr<CmAcceptor::Answered> CmAcceptor::answer(const Request& request,
+                                                         std::error_code& ec, std::string& why) {
+  auto answered = std::make_unique<Answered>();
+  answered->id = request.id;
+  HandshakeOffer& theirs = answered->theirs;
+  ec = decode(request.data, OfferForm::compact, theirs);
+  theirs.address.gid = gid_of(rdma_get_peer_addr(request.id)).gid;
+  theirs.address.qpn = request.qpn;
+  answered->qp = detail::builder_for(*resources_, options_).build(request.id);
+  HandshakeOffer& ours = answered->ours;
+  ours = detail::make_offer(*resources_, answered->qp, options_);
+  ours.address.gid = gid_of(rdma_get_local_addr(request.id)).gid;
+  if (ec == Errc::handshake_version)
+    check_compatible(ours, theirs, why);
+  else if (ec)
+    why = "the connection request is not an rdmakit handshake";
+  else
+    ec = check_compatible(ours, theirs, why);
+  if (ec) {
+    const std::vector<std::byte> data = reject_data(ec, why);
+    answered->qp = QueuePair();
+    rdma_reject(request.id, data.data(), static_cast<uint8_t>(data.size()));
+    return nullptr;
+  }
+  const std::vector<std::byte> data = encode(ours, OfferForm::compact);
+  RDMAKIT_REQUIRE(options_.user_data.size() <= kCmAcceptUserData,
+                  "CmAcceptor user data above the RDMA CM limit (kCmAcceptUserData)");
+  rdma_conn_param param = conn_param(data, answered->qp);
+  if (rdma_accept(request.id, &param) != 0) {
+    ec = verbs_error(errno);
+    why = "rdma_accept: " + ec.message();
+    return nullptr;
+  }
+  answered->deadline = std::chrono::steady_clock::now() + options_.timeout;
+  return answered;
+}
+
+Connection CmAcceptor::complete(Answered& answered, std::error_code& ec, std::string& why) {
+  // Later events of this connection (DISCONNECTED) go to a channel of its own.
+  rdma_event_channel* own = rdma_create_event_channel();
+  if (!own || rdma_migrate_id(answered.id, own) != 0) {
+    ec = verbs_error(errno);
+    why = "rdma_migrate_id: " + ec.message();
+    if (own) rdma_destroy_event_channel(own);
+    return {};
+  }
+  detail::CmQueuePairs::mark_ready(answered.qp);
+  const Negotiated negotiated = negotiate(answered.ours, answered.theirs);
+  const std::string peer =
+      "rdma_cm " + GidEntry{0, answered.theirs.address.gid, GidType::roce_v2}.address();
+  return Connection(resources_, std::move(answered.qp), std::move(answered.theirs), negotiated,
+                    peer, std::exchange(answered.id, nullptr), own);
+}
+
 Connection CmAcceptor::serve_request(std::chrono::milliseconds wait, std::error_code& ec,
                                      std::string& why) {
   const Deadline wait_until = wait == std::chrono::milliseconds::max()
@@ -183,49 +256,19 @@ Connection CmAcceptor::serve_request(std::chrono::milliseconds wait, std::error_
     why = "waiting for a connection request: " + ec.message();
     return {};
   }
-  IdGuard guard{request.id, nullptr};
-  HandshakeOffer theirs;
-  ec = decode(request.data, OfferForm::compact, theirs);
-  theirs.address.gid = gid_of(rdma_get_peer_addr(request.id)).gid;
-  theirs.address.qpn = request.qpn;
-  QueuePair qp = detail::builder_for(*resources_, options_).build(request.id);
-  HandshakeOffer ours = detail::make_offer(*resources_, qp, options_);
-  ours.address.gid = gid_of(rdma_get_local_addr(request.id)).gid;
-  if (ec == Errc::handshake_version)
-    check_compatible(ours, theirs, why);
-  else if (ec)
-    why = "the connection request is not an rdmakit handshake";
-  else
-    ec = check_compatible(ours, theirs, why);
-  if (ec) {
-    const std::vector<std::byte> data = reject_data(ec, why);
-    qp = QueuePair();
-    rdma_reject(request.id, data.data(), static_cast<uint8_t>(data.size()));
-    return {};
-  }
-  const std::vector<std::byte> data = encode(ours, OfferForm::compact);
-  RDMAKIT_REQUIRE(options_.user_data.size() <= kCmAcceptUserData,
-                  "CmAcceptor user data above the RDMA CM limit (kCmAcceptUserData)");
-  rdma_conn_param param = conn_param(data, qp);
-  if (rdma_accept(request.id, &param) != 0) {
-    ec = verbs_error(errno);
-    why = "rdma_accept: " + ec.message();
-    qp = QueuePair();
-    return {};
-  }
-  const Deadline deadline = std::chrono::steady_clock::now() + options_.timeout;
+  std::unique_ptr<Answered> answered = answer(request, ec, why);
+  if (!answered) return {};
   for (;;) {
-    rdma_cm_event* event = next_event(channel_, deadline, ec);
+    rdma_cm_event* event = next_event(channel_, answered->deadline, ec);
     if (!event) {
       why = "waiting for the connection to be established: " + ec.message();
-      qp = QueuePair();
       return {};
     }
     if (event->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
       waiting_.push_back(event);  // served by a later accept
       continue;
     }
-    const bool ours_event = event->id == request.id;
+    const bool ours_event = event->id == answered->id;
     const rdma_cm_event_type type = event->event;
     const int status = event->status;
     rdma_ack_cm_event(event);
@@ -234,24 +277,62 @@ Connection CmAcceptor::serve_request(std::chrono::milliseconds wait, std::error_
     ec = make_error_code(Errc::peer_closed);
     why = "the client went away before the connection was established: " +
           describe_event(type, status);
-    qp = QueuePair();
     return {};
   }
-  // Later events of this connection (DISCONNECTED) go to a channel of its own.
-  rdma_event_channel* own = rdma_create_event_channel();
-  if (!own || rdma_migrate_id(request.id, own) != 0) {
-    ec = verbs_error(errno);
-    why = "rdma_migrate_id: " + ec.message();
-    if (own) rdma_destroy_event_channel(own);
-    qp = QueuePair();
-    return {};
+  return complete(*answered, ec, why);
+}
+
+Connection CmAcceptor::accept_ready() {
+  constexpr size_t kMostAnswered = 64;
+  constexpr int kEventsPerCall = 16;  // so that one call stays short
+  std::lock_guard lock(accept_mutex_);
+  const Deadline now = std::chrono::steady_clock::now();
+  std::string why;
+  std::erase_if(answered_, [&](const std::unique_ptr<Answered>& answered) {
+    if (now < answered->deadline) return false;
+    why = "the client did not establish its connection in time";
+    return true;
+  });
+  Connection result;
+  for (int i = 0; i < kEventsPerCall && !result; ++i) {
+    std::error_code ec;
+    rdma_cm_event* event = nullptr;
+    if (!waiting_.empty()) {
+      event = waiting_.front();
+      waiting_.pop_front();
+    } else if (!(event = next_event(channel_, now, ec))) {
+      break;  // nothing more has arrived
+    }
+    if (event->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
+      const Request request{event->id, private_data(event), event->param.conn.qp_num};
+      rdma_ack_cm_event(event);
+      if (answered_.size() == kMostAnswered) {
+        answered_.pop_front();
+        why = "dropped the oldest unestablished connection for a new request";
+      }
+      if (std::unique_ptr<Answered> answered = answer(request, ec, why))
+        answered_.push_back(std::move(answered));
+      continue;
+    }
+    const rdma_cm_event_type type = event->event;
+    const int status = event->status;
+    const auto it = std::find_if(answered_.begin(), answered_.end(),
+                                 [&](const auto& answered) { return answered->id == event->id; });
+    rdma_ack_cm_event(event);
+    if (it == answered_.end()) continue;
+    const std::unique_ptr<Answered> answered = std::move(*it);
+    answered_.erase(it);
+    if (type == RDMA_CM_EVENT_ESTABLISHED)
+      result = complete(*answered, ec, why);
+    else
+      why = "the client went away before the connection was established: " +
+            describe_event(type, status);
   }
-  detail::CmQueuePairs::mark_ready(qp);
-  const Negotiated negotiated = negotiate(ours, theirs);
-  guard.id = nullptr;
-  return Connection(resources_, std::move(qp), std::move(theirs), negotiated,
-                    "rdma_cm " + GidEntry{0, theirs.address.gid, GidType::roce_v2}.address(),
-                    request.id, own);
+  if (result)
+    remember("");
+  else if (!why.empty())
+    remember(std::move(why));
+  return result;
 }
 
 Connection CmAcceptor::accept(std::error_code& ec) {

@@ -127,6 +127,40 @@ TYPED_TEST(Connections, ManyClientsAtOnceShareOneParent) {
   }
 }
 
+// An event loop's acceptor: clients connecting at once are all accepted by calls that each
+// return at once, polled on ready_fd().
+TYPED_TEST(Connections, AcceptReadyServesClientsArrivingAtOnceWithoutWaiting) {
+  auto server_res = TypeParam::resources();
+  auto client_res = TypeParam::resources();
+  typename TypeParam::Acceptor acceptor(server_res, "127.0.0.1", 0);
+  constexpr int kClients = 12;
+  std::vector<Connection> connected(kClients);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kClients; ++i)
+    clients.emplace_back([&, i] {
+      typename TypeParam::Connector connector(client_res);
+      std::error_code ec;
+      connected[static_cast<size_t>(i)] = connector.connect("127.0.0.1", acceptor.port(), ec);
+      if (ec) ADD_FAILURE() << connector.explanation();
+    });
+  std::vector<Connection> accepted;
+  std::chrono::steady_clock::duration longest{};
+  const auto start = std::chrono::steady_clock::now();
+  while (accepted.size() < kClients && std::chrono::steady_clock::now() - start < 20s) {
+    pollfd p{acceptor.ready_fd(), POLLIN, 0};
+    ::poll(&p, 1, 10);
+    const auto before = std::chrono::steady_clock::now();
+    Connection c = acceptor.accept_ready();
+    longest = std::max(longest, std::chrono::steady_clock::now() - before);
+    if (c) accepted.push_back(std::move(c));
+  }
+  for (auto& t : clients) t.join();
+  ASSERT_EQ(accepted.size(), size_t{kClients}) << acceptor.explanation();
+  for (const Connection& c : connected) EXPECT_TRUE(c);
+  for (Connection& c : accepted) EXPECT_EQ(c.qp().state(), IBV_QPS_RTS);
+  EXPECT_LT(longest, 200ms) << "accept_ready() waited";
+}
+
 TYPED_TEST(Connections, NoListenerIsAPlainError) {
   auto res = TypeParam::resources();
   ConnectionOptions options;

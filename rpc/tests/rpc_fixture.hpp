@@ -110,6 +110,7 @@ class ChildProcess {
   ChildProcess& operator=(const ChildProcess&) = delete;
 
   bool started() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }
   void kill_and_reap() {
     if (pid_ <= 0) return;
     kill(pid_, SIGKILL);

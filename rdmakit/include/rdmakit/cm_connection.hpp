@@ -39,10 +39,24 @@ class CmAcceptor : public detail::LastFailure {
   /// As accept(ec), giving up with Errc::timed_out if no request arrives within `wait`.
   Connection accept_for(std::chrono::milliseconds wait, std::error_code& ec);
 
+  /// For an event loop that must never wait (on fd()): answers the requests that arrived and
+  /// completes the connections their clients established since. A connection, or an empty
+  /// one (a failed request is remembered: explanation()). At most 64 answered requests wait
+  /// for their client at once (more drop the oldest), each for at most options.timeout: a
+  /// client that sends its request and vanishes holds nothing up.
+  Connection accept_ready();
+  /// Readable when accept_ready() has work (the CM event channel's fd, as fd()).
+  int ready_fd() const noexcept { return fd(); }
+
  private:
   struct Request;
+  struct Answered;
   bool next_request(Request& request, std::chrono::steady_clock::time_point deadline,
                     std::error_code& ec);
+  /// Checks the request's handshake and answers it (rdma_accept, or rdma_reject and null).
+  std::unique_ptr<Answered> answer(const Request& request, std::error_code& ec, std::string& why);
+  /// The connection of an answered request whose client established it.
+  Connection complete(Answered& answered, std::error_code& ec, std::string& why);
   Connection serve_request(std::chrono::milliseconds wait, std::error_code& ec, std::string& why);
   std::shared_ptr<Resources> resources_;
   ConnectionOptions options_;
@@ -51,6 +65,7 @@ class CmAcceptor : public detail::LastFailure {
   uint16_t port_ = 0;
   std::mutex accept_mutex_;  ///< one accept at a time: they share the listener's event channel
   std::deque<rdma_cm_event*> waiting_;  ///< requests that arrived while another was served
+  std::deque<std::unique_ptr<Answered>> answered_;  ///< accept_ready's, oldest first
 };
 
 /// Connects to a CmAcceptor through the RDMA CM (address and route resolution,

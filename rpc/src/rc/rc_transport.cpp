@@ -95,22 +95,13 @@ class RcListener final : public Listener {
         url_(std::move(url)) {}
 
   std::unique_ptr<Link> accept() override {
-    std::error_code ec;
-    Connection connection;
-    // An acceptor with handshakes an event loop can move never waits for a client.
-    if constexpr (requires { acceptor_->accept_ready(); })
-      connection = acceptor_->accept_ready();
-    else
-      connection = acceptor_->accept_for(std::chrono::milliseconds(0), ec);
+    // Never waits for a client: handshakes move as far as what has arrived allows.
+    Connection connection = acceptor_->accept_ready();
     if (!connection) return nullptr;
+    std::error_code ec;
     return open_link(device_, std::move(connection), options_, ec);  // null: dropped
   }
-  int wait_fd() const override {
-    if constexpr (requires { acceptor_->ready_fd(); })
-      return acceptor_->ready_fd();
-    else
-      return acceptor_->fd();
-  }
+  int wait_fd() const override { return acceptor_->ready_fd(); }
   const std::string& url() const override { return url_; }
 
  private:
