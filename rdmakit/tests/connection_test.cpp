@@ -45,6 +45,22 @@ struct Backend {
 using Tcp = Backend<TcpAcceptor, TcpConnector>;
 using Cm = Backend<CmAcceptor, CmConnector>;
 
+// One client thread per element of `connected`, all connecting to `port` at once; each
+// connection lands in its element. The caller joins the threads.
+template <typename B>
+std::vector<std::thread> connect_at_once(const std::shared_ptr<Resources>& resources, uint16_t port,
+                                         std::vector<Connection>& connected) {
+  std::vector<std::thread> clients;
+  for (Connection& slot : connected)
+    clients.emplace_back([&resources, port, &slot] {
+      typename B::Connector connector(resources);
+      std::error_code ec;
+      slot = connector.connect("127.0.0.1", port, ec);
+      if (ec) ADD_FAILURE() << connector.explanation();
+    });
+  return clients;
+}
+
 template <typename B>
 class Connections : public ::testing::Test {};
 using Backends = ::testing::Types<Tcp, Cm>;
@@ -108,14 +124,8 @@ TYPED_TEST(Connections, ManyClientsAtOnceShareOneParent) {
       if (ec) ADD_FAILURE() << acceptor.explanation();
     }
   });
-  std::vector<std::thread> clients;
-  for (int i = 0; i < kClients; ++i)
-    clients.emplace_back([&, i] {
-      typename TypeParam::Connector connector(client_res);
-      std::error_code ec;
-      connected[static_cast<size_t>(i)] = connector.connect("127.0.0.1", acceptor.port(), ec);
-      if (ec) ADD_FAILURE() << connector.explanation();
-    });
+  std::vector<std::thread> clients =
+      connect_at_once<TypeParam>(client_res, acceptor.port(), connected);
   for (auto& t : clients) t.join();
   accepting.join();
   for (int i = 0; i < kClients; ++i) {
@@ -135,14 +145,8 @@ TYPED_TEST(Connections, AcceptReadyServesClientsArrivingAtOnceWithoutWaiting) {
   typename TypeParam::Acceptor acceptor(server_res, "127.0.0.1", 0);
   constexpr int kClients = 12;
   std::vector<Connection> connected(kClients);
-  std::vector<std::thread> clients;
-  for (int i = 0; i < kClients; ++i)
-    clients.emplace_back([&, i] {
-      typename TypeParam::Connector connector(client_res);
-      std::error_code ec;
-      connected[static_cast<size_t>(i)] = connector.connect("127.0.0.1", acceptor.port(), ec);
-      if (ec) ADD_FAILURE() << connector.explanation();
-    });
+  std::vector<std::thread> clients =
+      connect_at_once<TypeParam>(client_res, acceptor.port(), connected);
   std::vector<Connection> accepted;
   std::chrono::steady_clock::duration longest{};
   const auto start = std::chrono::steady_clock::now();
