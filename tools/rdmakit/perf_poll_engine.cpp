@@ -41,9 +41,13 @@ class PollEngine final : public Engine {
   [[noreturn]] void fail(size_t p, const ibv_wc& wc, const char* what) const;
 
   Measurement measure_bw(uint64_t size);
-  Measurement measure_one_at_a_time(uint64_t size);
+  // Rounds of one operation in flight per QP: a round on QP p ends when `arrived(p)` (a
+  // count that only grows) moves past its value at the start; its time is divided by `legs`
+  // (2 for a ping-pong, whose round trip is two one-way latencies).
+  template <typename Arrived>
+  Measurement measure_rounds(uint64_t size, Arrived arrived, uint32_t legs,
+                             const char* waiting_for);
   Measurement measure_write_pingpong(uint64_t size);
-  Measurement measure_send_pingpong(uint64_t size);
   void serve_write_pingpong(uint64_t size);
   void serve_send_pingpong(uint64_t size);
 
@@ -206,8 +210,13 @@ Measurement PollEngine::measure(uint64_t size) {
   const TestInfo& test = o_.test_info();
   if (test.bandwidth) return measure_bw(size);
   if (test.verb == Verb::write) return measure_write_pingpong(size);
-  if (test.verb == Verb::send) return measure_send_pingpong(size);
-  return measure_one_at_a_time(size);
+  // send_lat: ping-pong by SEND/RECV (receives stay posted ahead), a round per reply.
+  if (test.verb == Verb::send)
+    return measure_rounds(
+        size, [this](size_t p) { return w_.peers[p].data_received; }, 2, "the server's SEND reply");
+  // read_lat and atomic_lat: timed from post to completion.
+  return measure_rounds(
+      size, [this](size_t p) { return retired_[p]; }, 1, "completions of the test's operations");
 }
 
 Measurement PollEngine::measure_bw(uint64_t size) {
@@ -239,8 +248,9 @@ Measurement PollEngine::measure_bw(uint64_t size) {
   return m;
 }
 
-// read_lat and atomic_lat: one operation in flight per QP, timed from post to completion.
-Measurement PollEngine::measure_one_at_a_time(uint64_t size) {
+template <typename Arrived>
+Measurement PollEngine::measure_rounds(uint64_t size, Arrived arrived, uint32_t legs,
+                                       const char* waiting_for) {
   const size_t peers = w_.peers.size();
   std::vector<uint64_t> done(peers), expected(peers);
   std::vector<Clock::time_point> started(peers);
@@ -248,7 +258,7 @@ Measurement PollEngine::measure_one_at_a_time(uint64_t size) {
   m.latencies_usec.reserve(uint64_t{o_.iters} * peers);
   Deadline deadline(o_.timeout());
   auto start_one = [&](size_t p) {
-    expected[p] = retired_[p] + 1;
+    expected[p] = arrived(p) + 1;
     started[p] = Clock::now();
     start(p, size, deadline);
   };
@@ -259,15 +269,15 @@ Measurement PollEngine::measure_one_at_a_time(uint64_t size) {
       const Clock::time_point now = Clock::now();
       deadline.progress();
       for (size_t p = 0; p < peers; ++p) {
-        if (done[p] == o_.iters || retired_[p] < expected[p]) continue;
-        m.latencies_usec.push_back(usec(now - started[p]));
+        if (done[p] == o_.iters || arrived(p) < expected[p]) continue;
+        m.latencies_usec.push_back(usec(now - started[p]) / legs);
         if (++done[p] < o_.iters)
           start_one(p);
         else
           ++finished;
       }
     }
-    deadline.check("completions of the test's operations");
+    deadline.check(waiting_for);
   }
   m.ops = m.latencies_usec.size();
   return m;
@@ -304,40 +314,6 @@ Measurement PollEngine::measure_write_pingpong(uint64_t size) {
     }
     poll();
     deadline.check("the server's RDMA WRITE reply");
-  }
-  m.ops = m.latencies_usec.size();
-  return m;
-}
-
-// send_lat: ping-pong by SEND/RECV; receives stay posted ahead.
-Measurement PollEngine::measure_send_pingpong(uint64_t size) {
-  const size_t peers = w_.peers.size();
-  std::vector<uint64_t> done(peers), expected(peers);
-  std::vector<Clock::time_point> started(peers);
-  Measurement m;
-  m.latencies_usec.reserve(uint64_t{o_.iters} * peers);
-  Deadline deadline(o_.timeout());
-  auto ping = [&](size_t p) {
-    expected[p] = w_.peers[p].data_received + 1;
-    started[p] = Clock::now();
-    start(p, size, deadline);
-  };
-  for (size_t p = 0; p < peers; ++p) ping(p);
-  size_t finished = 0;
-  while (finished < peers) {
-    if (poll() > 0) {
-      const Clock::time_point now = Clock::now();
-      deadline.progress();
-      for (size_t p = 0; p < peers; ++p) {
-        if (done[p] == o_.iters || w_.peers[p].data_received < expected[p]) continue;
-        m.latencies_usec.push_back(usec(now - started[p]) / 2);
-        if (++done[p] < o_.iters)
-          ping(p);
-        else
-          ++finished;
-      }
-    }
-    deadline.check("the server's SEND reply");
   }
   m.ops = m.latencies_usec.size();
   return m;
