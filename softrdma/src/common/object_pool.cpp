@@ -33,16 +33,16 @@ struct Pool {
   char* end = nullptr;
 };
 
-Pool& pool() {
-  static Pool* p = [] {
-    auto* made = new Pool();
-    // A fork() in another thread while this one holds the lock would leave the child's
-    // pool locked for ever: hold it across fork(), as malloc does its own.
-    pthread_atfork([] { pool().mutex.lock(); }, [] { pool().mutex.unlock(); },
-                   [] { pool().mutex.unlock(); });
-    return made;
-  }();
-  return *p;
+// Initialised before anything runs, without a guard: a function-local static's guard, taken
+// by one thread while another forks, would leave the child waiting for ever.
+constinit Pool g_pool;
+
+// A fork() in another thread while one holds the lock would leave the child's pool locked
+// for ever: the lock is held across fork(), as malloc holds its own. Registered when the
+// library loads, before the program's threads can use the pool.
+[[gnu::constructor]] void hold_lock_across_fork() {
+  pthread_atfork([] { g_pool.mutex.lock(); }, [] { g_pool.mutex.unlock(); },
+                 [] { g_pool.mutex.unlock(); });
 }
 
 constexpr bool kUseHeap =
@@ -79,7 +79,7 @@ char* carve(Pool& p, std::size_t slot_bytes) {
 void* pool_allocate(std::size_t bytes) noexcept {
   if (kUseHeap || bytes > kPooledMost) return from_heap(bytes);
   const std::size_t size_class = (bytes + kHeader + kPoolAlign - 1) / kPoolAlign;
-  Pool& p = pool();
+  Pool& p = g_pool;
   std::lock_guard lock(p.mutex);
   if (FreeSlot* reused = p.free[size_class]) {
     p.free[size_class] = reused->next;
@@ -96,7 +96,7 @@ void pool_release(void* object) noexcept {
   char* slot = static_cast<char*>(object) - kHeader;
   const uint32_t size_class = reinterpret_cast<Header*>(slot)->size_class;
   if (size_class == 0) return std::free(slot);
-  Pool& p = pool();
+  Pool& p = g_pool;
   std::lock_guard lock(p.mutex);
   auto* freed = static_cast<FreeSlot*>(object);
   freed->next = p.free[size_class];
