@@ -170,6 +170,10 @@ bool CmAcceptor::next_request(Request& request, Deadline deadline, std::error_co
 
 Connection CmAcceptor::accept_for(std::chrono::milliseconds wait, std::error_code& ec) {
   std::lock_guard lock(accept_mutex_);
+  // Its wait would take (and drop) the events of the connections accept_ready answered.
+  RDMAKIT_REQUIRE(answered_.empty(),
+                  "CmAcceptor: accept()/accept_for() while accept_ready() has connections in "
+                  "progress (drive an acceptor one way)");
   std::string why;
   Connection result = serve_request(wait, ec, why);
   remember(std::move(why));
@@ -196,21 +200,30 @@ std::unique_ptr<CmAcceptor::Answered> CmAcceptor::answer(const Request& request,
                                                          std::error_code& ec, std::string& why) {
   auto answered = std::make_unique<Answered>();
   answered->id = request.id;
+  std::string mismatch;  // check_compatible clears it on success: `why` keeps earlier news
   HandshakeOffer& theirs = answered->theirs;
   ec = decode(request.data, OfferForm::compact, theirs);
   theirs.address.gid = gid_of(rdma_get_peer_addr(request.id)).gid;
   theirs.address.qpn = request.qpn;
-  answered->qp = detail::builder_for(*resources_, options_).build(request.id);
+  try {
+    answered->qp = detail::builder_for(*resources_, options_).build(request.id);
+  } catch (const Error& e) {  // out of QPs, say: this client is refused, the server goes on
+    ec = e.code();
+    why = e.what();
+    rdma_reject(request.id, nullptr, 0);
+    return nullptr;
+  }
   HandshakeOffer& ours = answered->ours;
   ours = detail::make_offer(*resources_, answered->qp, options_);
   ours.address.gid = gid_of(rdma_get_local_addr(request.id)).gid;
   if (ec == Errc::handshake_version)
-    check_compatible(ours, theirs, why);
+    check_compatible(ours, theirs, mismatch);
   else if (ec)
-    why = "the connection request is not an rdmakit handshake";
+    mismatch = "the connection request is not an rdmakit handshake";
   else
-    ec = check_compatible(ours, theirs, why);
+    ec = check_compatible(ours, theirs, mismatch);
   if (ec) {
+    why = mismatch;
     const std::vector<std::byte> data = reject_data(ec, why);
     answered->qp = QueuePair();
     rdma_reject(request.id, data.data(), static_cast<uint8_t>(data.size()));
@@ -288,11 +301,6 @@ Connection CmAcceptor::accept_ready() {
   std::lock_guard lock(accept_mutex_);
   const Deadline now = std::chrono::steady_clock::now();
   std::string why;
-  std::erase_if(answered_, [&](const std::unique_ptr<Answered>& answered) {
-    if (now < answered->deadline) return false;
-    why = "the client did not establish its connection in time";
-    return true;
-  });
   Connection result;
   for (int i = 0; i < kEventsPerCall && !result; ++i) {
     std::error_code ec;
@@ -328,6 +336,12 @@ Connection CmAcceptor::accept_ready() {
       why = "the client went away before the connection was established: " +
             describe_event(type, status);
   }
+  // After the events: a connection established in time is not dropped for being read late.
+  std::erase_if(answered_, [&](const std::unique_ptr<Answered>& answered) {
+    if (now < answered->deadline) return false;
+    why = "the client did not establish its connection in time";
+    return true;
+  });
   if (result)
     remember("");
   else if (!why.empty())

@@ -52,7 +52,7 @@ std::vector<std::thread> connect_at_once(const std::shared_ptr<Resources>& resou
                                          std::vector<Connection>& connected) {
   std::vector<std::thread> clients;
   for (Connection& slot : connected)
-    clients.emplace_back([&resources, port, &slot] {
+    clients.emplace_back([resources, port, &slot] {
       typename B::Connector connector(resources);
       std::error_code ec;
       slot = connector.connect("127.0.0.1", port, ec);
@@ -162,7 +162,7 @@ TYPED_TEST(Connections, AcceptReadyServesClientsArrivingAtOnceWithoutWaiting) {
   ASSERT_EQ(accepted.size(), size_t{kClients}) << acceptor.explanation();
   for (const Connection& c : connected) EXPECT_TRUE(c);
   for (Connection& c : accepted) EXPECT_EQ(c.qp().state(), IBV_QPS_RTS);
-  EXPECT_LT(longest, 200ms) << "accept_ready() waited";
+  EXPECT_LT(longest, 500ms) << "accept_ready() waited";
 }
 
 TYPED_TEST(Connections, NoListenerIsAPlainError) {

@@ -43,7 +43,10 @@ class CmAcceptor : public detail::LastFailure {
   /// completes the connections their clients established since. A connection, or an empty
   /// one (a failed request is remembered: explanation()). At most 64 answered requests wait
   /// for their client at once (more drop the oldest), each for at most options.timeout: a
-  /// client that sends its request and vanishes holds nothing up.
+  /// client that sends its request and vanishes holds nothing up. Call it when ready_fd() is
+  /// readable and now and then (expiry needs a call). An acceptor is driven this way or by
+  /// accept()/accept_for(), not both: those refuse to run while connections answered here
+  /// are in progress. One thread at a time.
   Connection accept_ready();
   /// Readable when accept_ready() has work (the CM event channel's fd, as fd()).
   int ready_fd() const noexcept { return fd(); }

@@ -46,8 +46,10 @@ constinit Pool g_pool;
 }
 
 constexpr bool kUseHeap =
-#if defined(__SANITIZE_ADDRESS__)
-    true;  // AddressSanitizer then sees every object's bounds and lifetime
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    // The sanitizers then see every object's bounds and lifetime: TSan would carry the
+    // synchronisation state of a freed object over to the next one at its address.
+    true;
 #else
     false;
 #endif
