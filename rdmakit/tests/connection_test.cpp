@@ -61,6 +61,30 @@ std::vector<std::thread> connect_at_once(const std::shared_ptr<Resources>& resou
   return clients;
 }
 
+// What an event loop's acceptor gave: the connections, and its longest accept_ready() call.
+struct ReadyAccepts {
+  std::vector<Connection> accepted;
+  std::chrono::steady_clock::duration longest{};
+};
+
+// Calls acceptor.accept_ready() as an event loop would, whenever ready_fd() is readable and
+// at least every 10 ms, until `done(accepted)` or `limit`.
+template <typename AcceptorT, typename Done>
+ReadyAccepts accept_ready_until(AcceptorT& acceptor, Done done,
+                                std::chrono::steady_clock::duration limit) {
+  ReadyAccepts out;
+  const auto start = std::chrono::steady_clock::now();
+  while (!done(out.accepted) && std::chrono::steady_clock::now() - start < limit) {
+    pollfd p{acceptor.ready_fd(), POLLIN, 0};
+    ::poll(&p, 1, 10);
+    const auto before = std::chrono::steady_clock::now();
+    Connection c = acceptor.accept_ready();
+    out.longest = std::max(out.longest, std::chrono::steady_clock::now() - before);
+    if (c) out.accepted.push_back(std::move(c));
+  }
+  return out;
+}
+
 template <typename B>
 class Connections : public ::testing::Test {};
 using Backends = ::testing::Types<Tcp, Cm>;
@@ -147,22 +171,14 @@ TYPED_TEST(Connections, AcceptReadyServesClientsArrivingAtOnceWithoutWaiting) {
   std::vector<Connection> connected(kClients);
   std::vector<std::thread> clients =
       connect_at_once<TypeParam>(client_res, acceptor.port(), connected);
-  std::vector<Connection> accepted;
-  std::chrono::steady_clock::duration longest{};
-  const auto start = std::chrono::steady_clock::now();
-  while (accepted.size() < kClients && std::chrono::steady_clock::now() - start < 20s) {
-    pollfd p{acceptor.ready_fd(), POLLIN, 0};
-    ::poll(&p, 1, 10);
-    const auto before = std::chrono::steady_clock::now();
-    Connection c = acceptor.accept_ready();
-    longest = std::max(longest, std::chrono::steady_clock::now() - before);
-    if (c) accepted.push_back(std::move(c));
-  }
+  ReadyAccepts got = accept_ready_until(
+      acceptor, [](const std::vector<Connection>& accepted) { return accepted.size() == kClients; },
+      20s);
   for (auto& t : clients) t.join();
-  ASSERT_EQ(accepted.size(), size_t{kClients}) << acceptor.explanation();
+  ASSERT_EQ(got.accepted.size(), size_t{kClients}) << acceptor.explanation();
   for (const Connection& c : connected) EXPECT_TRUE(c);
-  for (Connection& c : accepted) EXPECT_EQ(c.qp().state(), IBV_QPS_RTS);
-  EXPECT_LT(longest, 500ms) << "accept_ready() waited";
+  for (Connection& c : got.accepted) EXPECT_EQ(c.qp().state(), IBV_QPS_RTS);
+  EXPECT_LT(got.longest, 500ms) << "accept_ready() waited";
 }
 
 TYPED_TEST(Connections, NoListenerIsAPlainError) {
@@ -293,25 +309,21 @@ TEST(TcpHandshake, AcceptReadyNeverWaitsForASilentClient) {
     client = connector.connect("127.0.0.1", acceptor.port(), ec);
     if (ec) ADD_FAILURE() << connector.explanation();
   });
-  Connection server;
-  std::chrono::steady_clock::duration longest{};
-  const auto start = std::chrono::steady_clock::now();
-  while (std::chrono::steady_clock::now() - start < 3s &&
-         (!server || acceptor.explanation().empty())) {
-    pollfd p{acceptor.ready_fd(), POLLIN, 0};
-    ::poll(&p, 1, 10);
-    const auto before = std::chrono::steady_clock::now();
-    Connection c = acceptor.accept_ready();
-    longest = std::max(longest, std::chrono::steady_clock::now() - before);
-    if (c) server = std::move(c);
-  }
+  // Until the client is served and the silent one dropped.
+  ReadyAccepts got = accept_ready_until(
+      acceptor,
+      [&](const std::vector<Connection>& accepted) {
+        return !accepted.empty() && !acceptor.explanation().empty();
+      },
+      3s);
   connecting.join();
   close(silent);
-  ASSERT_TRUE(server);
+  ASSERT_EQ(got.accepted.size(), 1u);
   ASSERT_TRUE(client);
+  Connection& server = got.accepted.front();
   EXPECT_EQ(server.qp().state(), IBV_QPS_RTS);
   EXPECT_EQ(client.peer().address.qpn, server.qp().qpn());
-  EXPECT_LT(longest, 100ms) << "accept_ready() waited";
+  EXPECT_LT(got.longest, 100ms) << "accept_ready() waited";
   EXPECT_THAT(acceptor.explanation(), HasSubstr("did not finish its handshake in time"));
 }
 

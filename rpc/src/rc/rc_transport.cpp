@@ -26,8 +26,8 @@ using rc::RcLink;
 // each; completions are asked for every half queue.
 constexpr uint32_t kSendDepth = 256;
 constexpr uint32_t kMaxRingBytes = 1u << 30;
-// The acceptor's bound on one connection's handshake (rc://'s runs inside the server's poll;
-// rc+tcp://'s moves along with the polls, never waiting).
+// The acceptor's bound on one connection's handshake, which moves along with the server's
+// polls (accept_ready), never waiting.
 constexpr auto kAcceptHandshakeTimeout = std::chrono::milliseconds(2000);
 
 uint32_t ring_bytes_of(const Options& options) noexcept {

@@ -63,16 +63,16 @@ void* from_heap(std::size_t bytes) {
 
 // A new slot of `slot_bytes` from the newest chunk, mapping (and populating) another when
 // it is full. Caller holds the lock.
-char* carve(Pool& p, std::size_t slot_bytes) {
-  if (static_cast<std::size_t>(p.end - p.cursor) < slot_bytes) {
+char* carve(std::size_t slot_bytes) {
+  if (static_cast<std::size_t>(g_pool.end - g_pool.cursor) < slot_bytes) {
     void* chunk = mmap(nullptr, kChunkBytes, PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
     if (chunk == MAP_FAILED) return nullptr;
-    p.cursor = static_cast<char*>(chunk);
-    p.end = p.cursor + kChunkBytes;
+    g_pool.cursor = static_cast<char*>(chunk);
+    g_pool.end = g_pool.cursor + kChunkBytes;
   }
-  char* slot = p.cursor;
-  p.cursor += slot_bytes;
+  char* slot = g_pool.cursor;
+  g_pool.cursor += slot_bytes;
   return slot;
 }
 
@@ -81,13 +81,12 @@ char* carve(Pool& p, std::size_t slot_bytes) {
 void* pool_allocate(std::size_t bytes) noexcept {
   if (kUseHeap || bytes > kPooledMost) return from_heap(bytes);
   const std::size_t size_class = (bytes + kHeader + kPoolAlign - 1) / kPoolAlign;
-  Pool& p = g_pool;
-  std::lock_guard lock(p.mutex);
-  if (FreeSlot* reused = p.free[size_class]) {
-    p.free[size_class] = reused->next;
+  std::lock_guard lock(g_pool.mutex);
+  if (FreeSlot* reused = g_pool.free[size_class]) {
+    g_pool.free[size_class] = reused->next;
     return reused;
   }
-  char* slot = carve(p, size_class * kPoolAlign);
+  char* slot = carve(size_class * kPoolAlign);
   if (!slot) return nullptr;
   reinterpret_cast<Header*>(slot)->size_class = static_cast<uint32_t>(size_class);
   return slot + kHeader;
@@ -98,11 +97,10 @@ void pool_release(void* object) noexcept {
   char* slot = static_cast<char*>(object) - kHeader;
   const uint32_t size_class = reinterpret_cast<Header*>(slot)->size_class;
   if (size_class == 0) return std::free(slot);
-  Pool& p = g_pool;
-  std::lock_guard lock(p.mutex);
+  std::lock_guard lock(g_pool.mutex);
   auto* freed = static_cast<FreeSlot*>(object);
-  freed->next = p.free[size_class];
-  p.free[size_class] = freed;
+  freed->next = g_pool.free[size_class];
+  g_pool.free[size_class] = freed;
 }
 
 }  // namespace softrdma
