@@ -6,6 +6,10 @@
 //   epoll   one connection both ways, each side spinning on epoll_wait(0) before each recv
 //   two     requests on one connection and answers on another, as softrdma's link and
 //           inbound connection carry them; each side spins on recv over both sockets
+//   two1    as `two`, each side reading only the socket its messages arrive on: what
+//           reading the second socket adds
+//   delack  as `two`, each side's acknowledgements delayed (TCP_QUICKACK off, renewed every
+//           16 messages since the kernel turns it back on): what the extra segments cost
 // With `two` every message's TCP acknowledgement leaves as a packet of its own (nothing
 // goes back on that connection to carry it): twice the segments of `one`.
 //
@@ -33,8 +37,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr size_t kMaxSize = 4096;
-const char* const kPatterns[] = {"one", "epoll", "two"};
-constexpr int kPatternCount = 3;
+enum Pattern { kOne, kEpoll, kTwo, kTwoReadOne, kTwoDelayedAcks, kPatternCount };
+const char* const kPatterns[kPatternCount] = {"one", "epoll", "two", "two1", "delack"};
+constexpr int kRenewDelayedAcksEvery = 16;
 
 [[noreturn]] void die(const char* what) {
   std::fprintf(stderr, "tcp_ping_pong: %s: %s\n", what, std::strerror(errno));
@@ -59,18 +64,21 @@ void send_all(int fd, const char* data, size_t n) {
 // The sockets of one pattern, as one side sees them.
 struct Ends {
   int out = -1;   // where this side's messages go
-  int in = -1;    // where the other side's arrive (== out but for `two`)
+  int in = -1;    // where the other side's arrive (== out with one connection)
   int epfd = -1;  // `epoll` only
-  int pattern = 0;
+  int pattern = kOne;
+  unsigned received = 0;  // messages taken, for `delack`
+
+  bool two_connections() const { return pattern >= kTwo; }
 
   // Takes one whole SIZE-byte message, spinning as the pattern does.
-  void receive(char* buf, size_t size) const {
+  void receive(char* buf, size_t size) {
     size_t got = 0;
     while (got < size) {
-      if (pattern == 1) {
+      if (pattern == kEpoll) {
         epoll_event e;
         if (epoll_wait(epfd, &e, 1, 0) != 1) continue;
-      } else if (pattern == 2) {
+      } else if (pattern == kTwo || pattern == kTwoDelayedAcks) {
         char ignored[64];  // the other socket, read in turn (nothing arrives there)
         (void)recv(out, ignored, sizeof ignored, MSG_DONTWAIT);
       }
@@ -80,6 +88,10 @@ struct Ends {
         got += static_cast<size_t>(r);
       else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
         die("recv");
+    }
+    if (pattern == kTwoDelayedAcks && received++ % kRenewDelayedAcksEvery == 0) {
+      const int off = 0;
+      if (setsockopt(in, IPPROTO_TCP, TCP_QUICKACK, &off, sizeof off) != 0) die("TCP_QUICKACK");
     }
   }
 
@@ -91,7 +103,7 @@ struct Ends {
 };
 
 void watch(Ends& e) {
-  if (e.pattern != 1) return;
+  if (e.pattern != kEpoll) return;
   e.epfd = epoll_create1(EPOLL_CLOEXEC);
   epoll_event ev{};
   ev.events = EPOLLIN;
@@ -138,7 +150,7 @@ int accept_one(int listener, Hello& h) {
     e.in = e.out = accept_one(listener, h);
     if (h.pattern >= kPatternCount || h.size == 0 || h.size > kMaxSize) die("bad hello");
     e.pattern = static_cast<int>(h.pattern);
-    if (e.pattern == 2) {
+    if (e.two_connections()) {
       Hello second{};
       const int other = accept_one(listener, second);
       // The client's messages arrive on role 0; answers leave on role 1.
@@ -172,7 +184,7 @@ double run(const char* address, uint16_t port, int pattern, uint32_t size, uint3
   Ends e;
   e.pattern = pattern;
   e.out = e.in = connect_to(address, port, h);
-  if (pattern == 2) {
+  if (e.two_connections()) {
     h.role = 1;
     e.in = connect_to(address, port, h);
   }

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <utility>
 
+#include "accept_ready_bounds.hpp"
 #include "deadline_socket.hpp"
 #include "rdmakit/error.hpp"
 
@@ -52,6 +53,21 @@ std::vector<std::byte> private_data(const rdma_cm_event* event) {
   const auto* p = static_cast<const std::byte*>(event->param.conn.private_data);
   return p ? std::vector<std::byte>(p, p + event->param.conn.private_data_len)
            : std::vector<std::byte>();
+}
+
+// The private data of a connection request. When the copy fails (out of memory) the client
+// is refused, and its event acknowledged and its id destroyed, before the failure goes on:
+// an event left unacknowledged would block the channel's destruction.
+std::vector<std::byte> request_data_or_refuse(rdma_cm_event* event) {
+  try {
+    return private_data(event);
+  } catch (...) {
+    rdma_cm_id* id = event->id;
+    rdma_ack_cm_event(event);
+    rdma_reject(id, nullptr, 0);
+    rdma_destroy_id(id);
+    throw;
+  }
 }
 
 rdma_conn_param conn_param(const std::vector<std::byte>& data, const QueuePair& qp) {
@@ -161,9 +177,7 @@ bool CmAcceptor::next_request(Request& request, Deadline deadline, std::error_co
     rdma_ack_cm_event(event);  // e.g. a request that gave up before we got to it
     event = nullptr;
   }
-  request.id = event->id;
-  request.data = private_data(event);
-  request.qpn = event->param.conn.qp_num;
+  request = {event->id, request_data_or_refuse(event), event->param.conn.qp_num};
   rdma_ack_cm_event(event);
   return true;
 }
@@ -296,13 +310,11 @@ Connection CmAcceptor::serve_request(std::chrono::milliseconds wait, std::error_
 }
 
 Connection CmAcceptor::accept_ready() {
-  constexpr size_t kMostAnswered = 64;
-  constexpr int kEventsPerCall = 16;  // so that one call stays short
   std::lock_guard lock(accept_mutex_);
   const Deadline now = std::chrono::steady_clock::now();
   std::string why;
   Connection result;
-  for (int i = 0; i < kEventsPerCall && !result; ++i) {
+  for (int i = 0; i < detail::kArrivalsPerCall && !result; ++i) {
     std::error_code ec;
     rdma_cm_event* event = nullptr;
     if (!waiting_.empty()) {
@@ -312,9 +324,9 @@ Connection CmAcceptor::accept_ready() {
       break;  // nothing more has arrived
     }
     if (event->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
-      const Request request{event->id, private_data(event), event->param.conn.qp_num};
+      const Request request{event->id, request_data_or_refuse(event), event->param.conn.qp_num};
       rdma_ack_cm_event(event);
-      if (answered_.size() == kMostAnswered) {
+      if (answered_.size() == detail::kMostConnectionsInProgress) {
         answered_.pop_front();
         why = "dropped the oldest unestablished connection for a new request";
       }

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 
+#include "accept_ready_bounds.hpp"
 #include "deadline_socket.hpp"
 #include "rdmakit/error.hpp"
 #include "tcp_frames.hpp"
@@ -160,16 +161,14 @@ void TcpAcceptor::forget(size_t index) {
 
 Connection TcpAcceptor::accept_ready() {
   using State = detail::ServerHandshake::State;
-  constexpr size_t kMostHandshakes = 64;
-  constexpr int kAcceptsPerCall = 16;  // so that one call stays short
   const auto now = std::chrono::steady_clock::now();
-  for (int i = 0; i < kAcceptsPerCall; ++i) {
+  for (int i = 0; i < detail::kArrivalsPerCall; ++i) {
     const int client = ::accept4(fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (client < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       break;  // none waits (or out of descriptors: the backlog keeps them)
     }
-    if (handshakes_.size() == kMostHandshakes) {
+    if (handshakes_.size() == detail::kMostConnectionsInProgress) {
       remember("dropped the oldest unfinished handshake for a new client");
       forget(0);
     }

@@ -207,6 +207,12 @@ class TcpPathTest : public RcLoopbackTest {
     ASSERT_NE(qp, nullptr);
     ASSERT_EQ(ud_to_rts(qp, kDatagramQkey), 0);
   }
+  // A datagram QP (DatagramQp) and an address handle of the fake host at `ip`.
+  void DatagramQpTo(const char* ip, ibv_cq*& cq, ibv_qp*& qp, AhPtr& ah) {
+    ASSERT_NO_FATAL_FAILURE(DatagramQp(cq, qp));
+    ah = NewAh(fake_host_gid(ip));
+    ASSERT_NE(ah, nullptr);
+  }
   // A UC QP with its CQ, connected to QP `qpn` of a fake host at `ip`.
   void UcQpToFakeHost(const char* ip, uint32_t qpn, ibv_cq*& cq, ibv_qp*& qp) {
     cq = NewCq();
@@ -489,29 +495,35 @@ TEST_F(TcpPathTest, DatagramsToAHostWhereNothingListensCompleteAndTheQpGoesOn) {
   EXPECT_EQ(qp_state(qp), IBV_QPS_RTS);
 }
 
-// Serves a fake host: takes requests and answers each "done" after `delay` (never, when
-// it is negative), counting those of `type` in `seen`.
+// Reads one request from `c`, counts it in `seen` if it is of `type`, and answers it "done"
+// after `delay` (never, when it is negative). False when no whole request came.
+bool answer_request(int c, Millis delay, ibv_qp_type type, std::atomic<int>& seen) {
+  wire::Request h{};
+  std::vector<char> payload;
+  if (!read_all(c, &h, sizeof h, kTimeout)) return false;
+  payload.resize(h.payload_len);
+  if (!read_all(c, payload.data(), payload.size(), kTimeout)) return false;
+  if (h.magic == wire::kMagic && h.qp_type == type) ++seen;
+  if (delay < Millis{0}) return true;
+  std::this_thread::sleep_for(delay);
+  wire::Response r{};
+  r.magic = wire::kMagic;
+  r.kind = wire::Kind::kResponse;
+  r.reply = wire::Reply::kDone;
+  r.src_qpn = h.src_qpn;
+  r.psn = h.psn;
+  send(c, &r, sizeof r, MSG_NOSIGNAL);
+  return true;
+}
+
+// Serves a fake host: takes requests on one connection and answers each (answer_request).
 FakeHost::Serve answering_host(Millis delay, ibv_qp_type type, std::atomic<int>& seen) {
   return [delay, type, &seen](int listener, const std::atomic<bool>& stop) {
     const int c = accept(listener, nullptr, nullptr);
     if (c < 0) return;
-    wire::Request h{};
-    std::vector<char> payload;
     while (!stop) {
       if (!wait_readable(c, Millis{50})) continue;
-      if (!read_all(c, &h, sizeof h, kTimeout)) break;
-      payload.resize(h.payload_len);
-      if (!read_all(c, payload.data(), payload.size(), kTimeout)) break;
-      if (h.magic == wire::kMagic && h.qp_type == type) ++seen;
-      if (delay < Millis{0}) continue;
-      std::this_thread::sleep_for(delay);
-      wire::Response r{};
-      r.magic = wire::kMagic;
-      r.kind = wire::Kind::kResponse;
-      r.reply = wire::Reply::kDone;
-      r.src_qpn = h.src_qpn;
-      r.psn = h.psn;
-      send(c, &r, sizeof r, MSG_NOSIGNAL);
+      if (!answer_request(c, delay, type, seen)) break;
     }
     close(c);
   };
@@ -524,9 +536,8 @@ TEST_F(TcpPathTest, DatagramsToAPeerThatNeverAnswersAreLostAfterAWhile) {
   ASSERT_EQ(silent.error(), "");
   ibv_cq* cq = nullptr;
   ibv_qp* qp = nullptr;
-  ASSERT_NO_FATAL_FAILURE(DatagramQp(cq, qp));
-  AhPtr ah = NewAh(fake_host_gid("127.0.0.5"));
-  ASSERT_NE(ah, nullptr);
+  AhPtr ah;
+  ASSERT_NO_FATAL_FAILURE(DatagramQpTo("127.0.0.5", cq, qp, ah));
   Buffer src = NewBuffer(64, 0, 1);
   const auto start = Clock::now();
   for (uint64_t id = 1; id <= 3; ++id)
@@ -537,6 +548,51 @@ TEST_F(TcpPathTest, DatagramsToAPeerThatNeverAnswersAreLostAfterAWhile) {
   EXPECT_LT(Clock::now() - start, Millis{4000});
   EXPECT_EQ(qp_state(qp), IBV_QPS_RTS);
   EXPECT_EQ(seen.load(), 3);
+}
+
+// A datagram whose connection breaks under its send goes out again on a new connection
+// instead of being lost: the process of the peer's user that held the connection may have
+// ended while another serves the port (seen as ibv_ud_pingpong hanging when a third
+// process of the user on the receiving host ended). The connection here is reset right
+// before the send; the serving thread may notice first, and the datagram then takes a new
+// connection all the same.
+TEST_F(TcpPathTest, ADatagramWhoseConnectionBreaksUnderItsSendGoesOutOnANewOne) {
+  constexpr uint32_t kFakeQpn = 0x4a4a;
+  std::atomic<bool> first_completed{false}, reset{false};
+  std::atomic<int> seen_before{0}, seen_after{0};
+  const FakeHost::Serve answer_the_next = answering_host(Millis{0}, IBV_QPT_UD, seen_after);
+  FakeHost host("127.0.0.11", kFakeQpn, [&](int listener, const std::atomic<bool>& stop) {
+    const int first = accept(listener, nullptr, nullptr);
+    if (first < 0) return;
+    answer_request(first, Millis{0}, IBV_QPT_UD, seen_before);
+    for (const auto until = Clock::now() + kTimeout;
+         !first_completed && !stop && Clock::now() < until;)
+      std::this_thread::sleep_for(Millis{1});
+    const linger reset_on_close{1, 0};  // as the connections of a process that ends
+    setsockopt(first, SOL_SOCKET, SO_LINGER, &reset_on_close, sizeof reset_on_close);
+    close(first);
+    reset = true;
+    answer_the_next(listener, stop);
+  });
+  ASSERT_EQ(host.error(), "");
+  ibv_cq* cq = nullptr;
+  ibv_qp* qp = nullptr;
+  AhPtr ah;
+  ASSERT_NO_FATAL_FAILURE(DatagramQpTo("127.0.0.11", cq, qp, ah));
+  Buffer src = NewBuffer(64, 0, 1);
+  ASSERT_EQ(post_send(qp, ud_wr(1, ah.get(), kFakeQpn, kDatagramQkey), {src.sge()}), 0);
+  ASSERT_TRUE(completed(poll_one(cq), 1));
+  first_completed = true;
+  // Posted the moment the connection is reset, before this process reads the reset.
+  for (const auto until = Clock::now() + kTimeout; !reset && Clock::now() < until;) {
+  }
+  ASSERT_TRUE(reset);
+  ASSERT_EQ(post_send(qp, ud_wr(2, ah.get(), kFakeQpn, kDatagramQkey), {src.sge()}), 0);
+  EXPECT_TRUE(completed(poll_one(cq), 2));
+  host.finish();
+  EXPECT_EQ(seen_before.load(), 1);
+  EXPECT_EQ(seen_after.load(), 1) << "the datagram was lost with its connection";
+  EXPECT_EQ(qp_state(qp), IBV_QPS_RTS);
 }
 
 // One UD QP, two peers on two links: the second peer's answer comes first, and is kept

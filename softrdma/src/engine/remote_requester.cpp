@@ -2,6 +2,7 @@
 // lost connection, and the ACK timeout of requests in flight.
 #include <cstring>
 
+#include "common/log.hpp"
 #include "engine/progress.hpp"
 #include "engine/qp_types.hpp"
 #include "engine/registry.hpp"
@@ -92,7 +93,9 @@ bool unreliable(const Qp& qp) {
 
 // An unreliable QP's message that went astray (no connection, no answer) is lost: as on a
 // NIC, it completes as sent, and the QP goes on.
-void complete_lost(Qp& qp, const SendWork& w) {
+void complete_lost(Qp& qp, const SendWork& w, const char* why) {
+  SOFTRDMA_DEBUG_LOG("QP %u: message %u to QP %u lost (%s)", qp.qpx.qp_base.qp_num, w.psn,
+                     destination_qpn(qp, w), why);
   release_payload(w);
   complete(qp, w, IBV_WC_SUCCESS);
 }
@@ -108,7 +111,7 @@ Outcome not_sent(Qp& qp, SendWork& w, Clock::time_point now) {
     return Outcome::kBlocked;
   }
   if (unreliable(qp)) {
-    complete_lost(qp, w);
+    complete_lost(qp, w, "could not be sent");
     return Outcome::kCompleted;
   }
   return retries_exhausted(qp, w, now) ? Outcome::kCompleted : Outcome::kBlocked;
@@ -132,9 +135,11 @@ Outcome transmit(Qp& qp, SendWork& w, const iovec* payload, int count, uint64_t 
   const auto now = Clock::now();
   Gid dgid;
   std::memcpy(dgid.data(), destination_gid(qp, w), 16);
-  std::shared_ptr<wire::Link> link;
-  if (GidTable::is_ipv4_mapped(dgid))
-    link = wire::Link::to(GidTable::ipv4_of(dgid), wire::port_of_qpn(destination_qpn(qp, w)));
+  const auto link_now = [&]() -> std::shared_ptr<wire::Link> {
+    if (!GidTable::is_ipv4_mapped(dgid)) return nullptr;
+    return wire::Link::to(GidTable::ipv4_of(dgid), wire::port_of_qpn(destination_qpn(qp, w)));
+  };
+  std::shared_ptr<wire::Link> link = link_now();
   if (!link) return not_sent(qp, w, now);
   if (!w.has_psn) {
     w.psn = qp.next_psn++;
@@ -147,14 +152,21 @@ Outcome transmit(Qp& qp, SendWork& w, const iovec* payload, int count, uint64_t 
   wire::Request header = request_header(qp, w, length);
   if (qp.took_carried_ack) header.flags |= wire::kTakesCarriedAcks;
   qp.took_carried_ack = false;
+  // Registered memory may be sent from where it is until the answer (not inline bytes).
+  const bool may_borrow = w.inline_data.empty() && !(w.send_flags & IBV_SEND_INLINE);
+  const int payload_count = wire::carries_payload(header.opcode) ? count : 0;
   w.link = link;
   w.answered = false;
   // In the in-flight list before it is sent: the answer may arrive at once.
   qp.inflight.push_back(std::move(w));
-  // Registered memory may be sent from where it is until the answer (not inline bytes).
-  const bool may_borrow = w.inline_data.empty() && !(w.send_flags & IBV_SEND_INLINE);
-  const auto sent =
-      link->send(header, payload, wire::carries_payload(header.opcode) ? count : 0, may_borrow);
+  auto sent = link->send(header, payload, payload_count, may_borrow);
+  // The connection broke under this send: the process of the peer's user that held it may
+  // have ended while another serves the port. An unreliable message goes out once more on
+  // a new connection rather than being lost (a reliable one is retried in any case).
+  if (sent == wire::Link::Sent::kFailed && unreliable(qp) && (link = link_now())) {
+    qp.inflight.back().link = link;
+    sent = link->send(header, payload, payload_count, may_borrow);
+  }
   if (sent == wire::Link::Sent::kFailed) {
     SendWork back = std::move(qp.inflight.back());
     qp.inflight.pop_back();
@@ -195,7 +207,7 @@ std::optional<Clock::time_point> expire_inflight(Qp& qp, Clock::time_point now) 
   SendWork w = std::move(oldest);
   qp.inflight.pop_front();
   if (unreliable(qp)) {
-    complete_lost(qp, w);
+    complete_lost(qp, w, "no answer in time");
     if (qp.inflight.empty()) return std::nullopt;
     qp.inflight.front().give_up = answer_deadline(qp, now);
     complete_answered_front(qp, now);
