@@ -114,20 +114,16 @@ TEST_P(RpcTest, AClientThatDiesWithCallsInFlightIsClosedAndOthersAreServed) {
   std::vector<std::pair<SessionId, SessionEvent>> events;
   Options options;
   options.on_session = [&](SessionId s, SessionEvent e) { events.emplace_back(s, e); };
-  int ready[2], url_pipe[2];
+  int ready[2];
   ASSERT_EQ(pipe(ready), 0);
-  ASSERT_EQ(pipe(url_pipe), 0);
+  UrlPipe url_pipe;
+  ASSERT_TRUE(url_pipe.ok());
   std::optional<ChildProcess> child;
-  // The client is forked before this process starts any thread of the transports, and
-  // learns the server's URL by a pipe: a fork while another thread holds a lock the child
-  // needs (the sanitizer runtime's allocator's, for one) leaves the child stuck. Forked
+  // The client is forked before the server starts any transport thread (UrlPipe): forked
   // right after the server began listening, it once never connected under ASan in CI.
   if (GetParam() != "inproc") {
     child.emplace([&] {
-      close(url_pipe[1]);
-      char server_url[256] = {};
-      if (read(url_pipe[0], server_url, sizeof server_url - 1) <= 0) _exit(2);
-      Client doomed = Client::connect(server_url);  // the parent serves it
+      Client doomed = Client::connect(url_pipe.receive());  // the parent serves it
       for (int i = 0; i < 4; ++i) doomed.call(bytes("doomed"), static_cast<uint64_t>(i));
       doomed.poll([](const Response&) {});
       const char c = 1;
@@ -135,7 +131,6 @@ TEST_P(RpcTest, AClientThatDiesWithCallsInFlightIsClosedAndOthersAreServed) {
       for (;;) pause();
     });
   }
-  close(url_pipe[0]);
   Server server = Server::listen(url(), options);
   std::optional<Client> local;
   if (!child) {
@@ -144,8 +139,7 @@ TEST_P(RpcTest, AClientThatDiesWithCallsInFlightIsClosedAndOthersAreServed) {
     for (int i = 0; i < 4; ++i) ASSERT_TRUE(local->call(bytes("doomed"), i).ok());
     local->poll([](const Response&) {});
   } else {
-    ASSERT_EQ(write(url_pipe[1], server.url().c_str(), server.url().size()),
-              static_cast<ssize_t>(server.url().size()));
+    ASSERT_TRUE(url_pipe.send(server.url()));
     // Served meanwhile: the RDMA transports' handshakes need the server to run.
     ASSERT_TRUE(poll_until(server, {}, [&] {
       pollfd p{ready[0], POLLIN, 0};
@@ -154,7 +148,6 @@ TEST_P(RpcTest, AClientThatDiesWithCallsInFlightIsClosedAndOthersAreServed) {
     char c;
     ASSERT_EQ(read(ready[0], &c, 1), 1);
   }
-  close(url_pipe[1]);
   close(ready[0]);
   close(ready[1]);
   // The server holds the four requests and calls the client back.

@@ -51,22 +51,17 @@ bool stopped(pid_t child) {
 
 TEST(FrozenCmClient, NeverHoldsUpTheServersPoll) {
   // The client is forked before this process sets anything up; it learns the URL by a pipe.
-  int url_pipe[2];
-  ASSERT_EQ(pipe(url_pipe), 0);
+  UrlPipe url_pipe;
+  ASSERT_TRUE(url_pipe.ok());
   ChildProcess client([&] {
-    close(url_pipe[1]);
-    char url[256] = {};
-    if (read(url_pipe[0], url, sizeof url - 1) <= 0) _exit(2);
+    const std::string url = url_pipe.receive();
     g_freeze_after_connect = true;
     std::error_code error;
     Client::connect(url, {}, error);  // stops inside, until killed
   });
-  close(url_pipe[0]);
   ASSERT_TRUE(client.started());
   Server server = Server::listen(fresh_url("rc"));
-  ASSERT_EQ(write(url_pipe[1], server.url().c_str(), server.url().size()),
-            static_cast<ssize_t>(server.url().size()));
-  close(url_pipe[1]);
+  ASSERT_TRUE(url_pipe.send(server.url()));
   ASSERT_TRUE(stopped(client.pid())) << "the client did not send its request";
 
   // The request reaches the server's CM a little later: every poll over a second is timed,

@@ -122,6 +122,46 @@ class ChildProcess {
   pid_t pid_ = -1;
 };
 
+/// Hands a server's URL to a client process forked before the server exists. A child is
+/// best forked before this process starts any transport thread: a fork while another
+/// thread holds a lock the child needs (the sanitizer runtime's allocator's, for one)
+/// leaves the child stuck.
+class UrlPipe {
+ public:
+  UrlPipe() {
+    if (pipe(fds_) != 0) fds_[0] = fds_[1] = -1;
+  }
+  ~UrlPipe() {
+    close_end(0);
+    close_end(1);
+  }
+  UrlPipe(const UrlPipe&) = delete;
+  UrlPipe& operator=(const UrlPipe&) = delete;
+
+  bool ok() const { return fds_[0] >= 0; }
+  /// In the child: waits for the URL; ends the child (status 2) if none comes.
+  std::string receive() {
+    close_end(1);
+    char url[256] = {};
+    if (read(fds_[0], url, sizeof url - 1) <= 0) _exit(2);
+    return url;
+  }
+  /// In the parent: sends `url`; true if it was written whole.
+  bool send(const std::string& url) {
+    close_end(0);
+    const bool sent = write(fds_[1], url.data(), url.size()) == static_cast<ssize_t>(url.size());
+    close_end(1);
+    return sent;
+  }
+
+ private:
+  void close_end(int end) {
+    if (fds_[end] >= 0) close(fds_[end]);
+    fds_[end] = -1;
+  }
+  int fds_[2];
+};
+
 class RpcTest : public ::testing::TestWithParam<std::string> {
  protected:
   std::string url() { return fresh_url(GetParam()); }

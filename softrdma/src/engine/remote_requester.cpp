@@ -135,9 +135,11 @@ Outcome transmit(Qp& qp, SendWork& w, const iovec* payload, int count, uint64_t 
   const auto now = Clock::now();
   Gid dgid;
   std::memcpy(dgid.data(), destination_gid(qp, w), 16);
-  const auto link_now = [&]() -> std::shared_ptr<wire::Link> {
+  // Where the request goes, found once: `w` moves into the in-flight list before it is sent.
+  const uint16_t port = wire::port_of_qpn(destination_qpn(qp, w));
+  const auto link_now = [&dgid, port]() -> std::shared_ptr<wire::Link> {
     if (!GidTable::is_ipv4_mapped(dgid)) return nullptr;
-    return wire::Link::to(GidTable::ipv4_of(dgid), wire::port_of_qpn(destination_qpn(qp, w)));
+    return wire::Link::to(GidTable::ipv4_of(dgid), port);
   };
   std::shared_ptr<wire::Link> link = link_now();
   if (!link) return not_sent(qp, w, now);
