@@ -621,6 +621,66 @@ TEST_F(TcpPathTest, DatagramsToTwoPeersCompleteInOrderWhicheverAnswersFirst) {
   EXPECT_EQ(quick_seen.load(), 1);
 }
 
+// A datagram on a connection that breaks before its answer goes out again on a new
+// connection, wherever it stands in the QP's queue in flight, and alone: datagrams in flight
+// to other peers, on connections that still work, are not sent twice. Completions keep
+// posting order. The peer that breaks the connection reads the datagram and resets it
+// without an answer, as a process of the peer's user that ends does.
+enum class Broken { kFirst, kSecond };
+
+class DatagramOnABrokenConnection : public TcpPathTest,
+                                    public ::testing::WithParamInterface<Broken> {};
+
+TEST_P(DatagramOnABrokenConnection, GoesOutAgainAloneAndCompletesInOrder) {
+  constexpr uint32_t kSteadyQpn = 0x4c4c, kBreakingQpn = 0x4d4d;
+  std::atomic<int> steady_seen{0}, seen_before{0}, seen_after{0};
+  // Answers after a while: its datagram stays in flight while the other connection breaks.
+  FakeHost steady("127.0.0.15", kSteadyQpn, answering_host(Millis{200}, IBV_QPT_UD, steady_seen));
+  const FakeHost::Serve answer_the_next = answering_host(Millis{0}, IBV_QPT_UD, seen_after);
+  FakeHost breaking("127.0.0.16", kBreakingQpn, [&](int listener, const std::atomic<bool>& stop) {
+    const int first = accept(listener, nullptr, nullptr);
+    if (first < 0) return;
+    answer_request(first, Millis{-1}, IBV_QPT_UD, seen_before);
+    const linger reset_on_close{1, 0};
+    setsockopt(first, SOL_SOCKET, SO_LINGER, &reset_on_close, sizeof reset_on_close);
+    close(first);
+    answer_the_next(listener, stop);
+  });
+  ASSERT_EQ(steady.error(), "");
+  ASSERT_EQ(breaking.error(), "");
+  ibv_cq* cq = nullptr;
+  ibv_qp* qp = nullptr;
+  ASSERT_NO_FATAL_FAILURE(DatagramQp(cq, qp));
+  AhPtr to_steady = NewAh(fake_host_gid("127.0.0.15"));
+  AhPtr to_breaking = NewAh(fake_host_gid("127.0.0.16"));
+  ASSERT_TRUE(to_steady && to_breaking);
+  Buffer src = NewBuffer(64, 0, 1);
+  const ibv_send_wr steady_wr = ud_wr(0, to_steady.get(), kSteadyQpn, kDatagramQkey);
+  const ibv_send_wr breaking_wr = ud_wr(0, to_breaking.get(), kBreakingQpn, kDatagramQkey);
+  const bool broken_first = GetParam() == Broken::kFirst;
+  for (uint64_t id = 1; id <= 2; ++id) {
+    ibv_send_wr wr = (id == 1) == broken_first ? breaking_wr : steady_wr;
+    wr.wr_id = id;
+    ASSERT_EQ(post_send(qp, wr, {src.sge()}), 0);
+  }
+  EXPECT_TRUE(completed(poll_one(cq), 1));
+  EXPECT_TRUE(completed(poll_one(cq), 2));
+  std::this_thread::sleep_for(Millis{300});  // a duplicate would reach the steady peer by now
+  steady.finish();
+  breaking.finish();
+  EXPECT_EQ(seen_before.load(), 1);
+  EXPECT_EQ(seen_after.load(), 1) << "the datagram was lost with its connection";
+  EXPECT_EQ(steady_seen.load(), 1) << "a datagram on a working connection went out twice";
+  EXPECT_EQ(qp_state(qp), IBV_QPS_RTS);
+}
+
+INSTANTIATE_TEST_SUITE_P(TcpPath, DatagramOnABrokenConnection,
+                         ::testing::Values(Broken::kFirst, Broken::kSecond),
+                         [](const auto& param_info) {
+                           return param_info.param == Broken::kFirst ? "BrokenFirst"
+                                                                     : "BrokenSecond";
+                         });
+
 TEST_F(TcpPathTest, UcWritesToAHostWhereNothingListensCompleteAndTheQpGoesOn) {
   ibv_cq* cq = nullptr;
   ibv_qp* qp = nullptr;
@@ -704,6 +764,52 @@ TEST_F(TcpPathTest, APayloadStillQueuedWhenItsRequestFailsIsSentAsItWasPosted) {
   EXPECT_EQ(payloads_read.load(), kWrites);
   EXPECT_EQ(bytes_as_posted.load(), uint64_t{kWrites} * kPayload);
   EXPECT_EQ(bytes_reused.load(), 0u);
+}
+
+// Inline data is the application's to reuse once ibv_post_send returns. An inline SEND to
+// another host that is answered "receiver not ready" goes out again later, with the bytes
+// that were posted, not with what the buffer holds by then.
+TEST_F(TcpPathTest, AnInlineSendRetriedAfterAnRnrCarriesTheBytesPosted) {
+  constexpr uint32_t kFakeQpn = 0x4b4b;
+  constexpr size_t kLength = 32;
+  std::atomic<bool> reused{false};
+  std::vector<std::string> payloads;  // the host's, read once it has finished
+  FakeHost host("127.0.0.14", kFakeQpn, [&](int listener, const std::atomic<bool>& stop) {
+    const int c = accept(listener, nullptr, nullptr);
+    if (c < 0) return;
+    for (int attempt = 0; attempt < 2 && !stop; ++attempt) {
+      wire::Request h{};
+      if (!read_all(c, &h, sizeof h, kTimeout) || h.payload_len > kLength) break;
+      std::string payload(h.payload_len, '\0');
+      if (!read_all(c, payload.data(), payload.size(), kTimeout)) break;
+      payloads.push_back(payload);
+      for (const auto until = Clock::now() + kTimeout; !reused && Clock::now() < until;)
+        std::this_thread::sleep_for(Millis{1});
+      wire::Response r{};
+      r.magic = wire::kMagic;
+      r.kind = wire::Kind::kResponse;
+      r.reply = attempt == 0 ? wire::Reply::kRnr : wire::Reply::kDone;
+      r.rnr_timer = 1;  // 10 us
+      r.src_qpn = h.src_qpn;
+      r.psn = h.psn;
+      send(c, &r, sizeof r, MSG_NOSIGNAL);
+    }
+    close(c);
+  });
+  ASSERT_EQ(host.error(), "");
+  ibv_cq* cq = nullptr;
+  ibv_qp* qp = nullptr;
+  ASSERT_NO_FATAL_FAILURE(QpToFakeHost("127.0.0.14", kFakeQpn, cq, qp));
+  Buffer src = NewBuffer(kLength, kRemoteAccess, 'p');
+  ASSERT_EQ(
+      post_send(qp, send_wr(1, IBV_WR_SEND, IBV_SEND_SIGNALED | IBV_SEND_INLINE), {src.sge()}), 0);
+  src.fill('r');
+  reused = true;
+  EXPECT_TRUE(completed(poll_one(cq), 1));
+  host.finish();
+  ASSERT_EQ(payloads.size(), 2u);
+  EXPECT_EQ(payloads[0], std::string(kLength, 'p'));
+  EXPECT_EQ(payloads[1], std::string(kLength, 'p')) << "the retry sent the reused buffer";
 }
 
 // A batch of READs whose answers exceed what the responder lets pile up (8 MiB) arrives in

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "common/log.hpp"
+#include "engine/local_payload.hpp"
 #include "engine/progress.hpp"
 #include "engine/qp_types.hpp"
 #include "engine/registry.hpp"
@@ -19,6 +20,15 @@ const uint8_t* destination_gid(const Qp& qp, const SendWork& w) {
 
 uint32_t destination_qpn(const Qp& qp, const SendWork& w) {
   return qp.qpx.qp_base.qp_type == IBV_QPT_UD ? w.remote_qpn : qp.attr.dest_qp_num;
+}
+
+// The connection to the host and port that serve `w`'s destination (made on demand);
+// nullptr when it cannot be reached now.
+std::shared_ptr<wire::Link> link_for(const Qp& qp, const SendWork& w) {
+  Gid dgid;
+  std::memcpy(dgid.data(), destination_gid(qp, w), 16);
+  if (!GidTable::is_ipv4_mapped(dgid)) return nullptr;
+  return wire::Link::to(GidTable::ipv4_of(dgid), wire::port_of_qpn(destination_qpn(qp, w)));
 }
 
 }  // namespace
@@ -133,15 +143,7 @@ void complete_answered_front(Qp& qp, Clock::time_point now) {
 
 Outcome transmit(Qp& qp, SendWork& w, const iovec* payload, int count, uint64_t length) {
   const auto now = Clock::now();
-  Gid dgid;
-  std::memcpy(dgid.data(), destination_gid(qp, w), 16);
-  // Where the request goes, found once: `w` moves into the in-flight list before it is sent.
-  const uint16_t port = wire::port_of_qpn(destination_qpn(qp, w));
-  const auto link_now = [&dgid, port]() -> std::shared_ptr<wire::Link> {
-    if (!GidTable::is_ipv4_mapped(dgid)) return nullptr;
-    return wire::Link::to(GidTable::ipv4_of(dgid), port);
-  };
-  std::shared_ptr<wire::Link> link = link_now();
+  std::shared_ptr<wire::Link> link = link_for(qp, w);
   if (!link) return not_sent(qp, w, now);
   if (!w.has_psn) {
     w.psn = qp.next_psn++;
@@ -165,7 +167,8 @@ Outcome transmit(Qp& qp, SendWork& w, const iovec* payload, int count, uint64_t 
   // The connection broke under this send: the process of the peer's user that held it may
   // have ended while another serves the port. An unreliable message goes out once more on
   // a new connection rather than being lost (a reliable one is retried in any case).
-  if (sent == wire::Link::Sent::kFailed && unreliable(qp) && (link = link_now())) {
+  if (sent == wire::Link::Sent::kFailed && unreliable(qp) &&
+      (link = link_for(qp, qp.inflight.back()))) {
     qp.inflight.back().link = link;
     sent = link->send(header, payload, payload_count, may_borrow);
   }
@@ -259,6 +262,34 @@ namespace wire {
 
 namespace {
 
+// Sends `w` once more, on a new connection, where it stands in the queue in flight.
+bool send_again(Qp& qp, SendWork& w) {
+  LocalPayload local;
+  std::shared_ptr<Link> link = link_for(qp, w);
+  if (!link || !gather_local_payload(qp, w, local)) return false;
+  const Request header = request_header(qp, w, payload_length(w));
+  const bool may_borrow = w.inline_data.empty() && !(w.send_flags & IBV_SEND_INLINE);
+  w.link = link;
+  w.give_up = answer_deadline(qp, Clock::now());
+  return link->send(header, local.iov, carries_payload(header.opcode) ? local.count : 0,
+                    may_borrow) != Link::Sent::kFailed;
+}
+
+// An unreliable QP's messages that went out on `broken` and were not answered go out once
+// more, each on a new connection (another process of the peer's user may serve its port
+// now), in their places: completions keep posting order, and those in flight to other peers
+// are not sent twice. One that cannot be sent again is lost.
+void send_unanswered_again(Qp& qp, const Link& broken) {
+  for (SendWork& w : qp.inflight) {
+    if (w.link.get() != &broken || w.answered || send_again(qp, w)) continue;
+    SOFTRDMA_DEBUG_LOG("QP %u: message %u to QP %u lost (its connection broke)",
+                       qp.qpx.qp_base.qp_num, w.psn, destination_qpn(qp, w));
+    release_payload(w);
+    w.answered = true;  // completes in its turn, as sent
+  }
+  complete_answered_front(qp, Clock::now());
+}
+
 void answer_received(Qp* qp, Link& link, const Response& r, std::span<const char> payload) {
   BiasedLock::Guard lock(qp->sq_mutex);
   // The responder executes a reliable QP's requests in order, so an answer that is not a
@@ -336,15 +367,13 @@ void on_response(Link& link, const Response& r, std::span<const char> payload) {
 void on_link_down(Link& link) {
   for_each_local_qp([&link](Qp& qp) {
     BiasedLock::Guard lock(qp.sq_mutex);
+    if (unreliable(qp)) {
+      send_unanswered_again(qp, link);
+      return;
+    }
     if (qp.inflight.empty() || qp.inflight.front().link.get() != &link) return;
     SendWork w = std::move(qp.inflight.front());
     qp.inflight.pop_front();
-    // Sent again on a new connection (another process of the peer's user may serve its
-    // port now); a peer that cannot be reached any more loses it.
-    if (unreliable(qp)) {
-      go_back(qp, std::move(w));
-      return;
-    }
     if (retries_exhausted(qp, w, Clock::now())) {
       for (const SendWork& rest : qp.inflight) flush_one(qp, rest);
       qp.inflight.clear();

@@ -5,6 +5,7 @@
 
 #include "engine/completion_queue.hpp"
 #include "engine/direct_post.hpp"
+#include "engine/local_payload.hpp"
 #include "engine/memory_windows.hpp"
 #include "engine/multicast.hpp"
 #include "engine/progress.hpp"
@@ -127,27 +128,15 @@ Outcome execute_local(Qp& qp, SendWork& w) {
 Outcome execute(Qp& qp, SendWork& w) {
   if (is_local_operation(w.opcode)) return execute_local(qp, w);
   const bool ud = qp.qpx.qp_base.qp_type == IBV_QPT_UD;
-  // Gather the local side: inline bytes, or registered memory checked against our PD.
-  PinnedRanges local(PinnedRanges::Pin::kOwnMemory);
-  iovec inline_iov[kMaxSge];
-  const iovec* iov = inline_iov;
-  int count = 0;
-  if (!w.inline_data.empty()) {
-    inline_iov[count++] = iovec{w.inline_data.data(), w.inline_data.size()};
-  } else if (w.send_flags & IBV_SEND_INLINE) {
-    // Executed at post time: the application's buffers still hold the inline bytes.
-    for (int i = 0; i < w.num_sge; ++i)
-      if (w.sge[i].length)
-        inline_iov[count++] = iovec{reinterpret_cast<void*>(w.sge[i].addr), w.sge[i].length};
-  } else {
-    const uint32_t need =
-        (w.opcode == IBV_WR_RDMA_READ || is_atomic(w.opcode)) ? IBV_ACCESS_LOCAL_WRITE : 0;
-    if (!pin_sge_list(local, w.sge, w.num_sge, self_process(), qp.pd_id, need)) {
-      fail(qp, w, IBV_WC_LOC_PROT_ERR);
-      return Outcome::kCompleted;
-    }
-    iov = local.iov();
-    count = local.count();
+  const bool multicast = ud && is_multicast(w.dgid);
+  const bool remote = !multicast && destination_is_remote(qp, w);
+  // Sent to another host, it may go out again after the application has reused its inline
+  // buffer (an RNR, a connection lost): its bytes are kept.
+  if (remote) capture_inline(w);
+  LocalPayload local;
+  if (!gather_local_payload(qp, w, local)) {
+    fail(qp, w, IBV_WC_LOC_PROT_ERR);
+    return Outcome::kCompleted;
   }
   const uint64_t length = is_atomic(w.opcode) ? sizeof(uint64_t) : payload_length(w);
   if (length > limits::kMaxMsgSize || (ud && length > limits::kMtuBytes) ||
@@ -156,9 +145,9 @@ Outcome execute(Qp& qp, SendWork& w) {
     fail(qp, w, IBV_WC_LOC_LEN_ERR);
     return Outcome::kCompleted;
   }
-  if (ud && is_multicast(w.dgid)) return send_multicast(qp, w, iov, count, length);
-  if (destination_is_remote(qp, w)) return transmit(qp, w, iov, count, length);
-  return execute_here(qp, w, iov, count, length);
+  if (multicast) return send_multicast(qp, w, local.iov, local.count, length);
+  if (remote) return transmit(qp, w, local.iov, local.count, length);
+  return execute_here(qp, w, local.iov, local.count, length);
 }
 
 SendWork make_work(const Qp& qp, const ibv_send_wr& wr) {
@@ -199,16 +188,6 @@ SendWork make_work(const Qp& qp, const ibv_send_wr& wr) {
   }
   if (qp.qpx.qp_base.qp_type == IBV_QPT_XRC_SEND) w.xrc_srqn = wr.qp_type.xrc.remote_srqn;
   return w;
-}
-
-// Inline data is read at post time: the application may reuse the buffer right away.
-void capture_inline(SendWork& w) {
-  if (!(w.send_flags & IBV_SEND_INLINE) || !w.inline_data.empty()) return;
-  w.inline_data.reserve(payload_length(w));
-  for (int i = 0; i < w.num_sge; ++i) {
-    const char* p = reinterpret_cast<const char*>(w.sge[i].addr);
-    w.inline_data.insert(w.inline_data.end(), p, p + w.sge[i].length);
-  }
 }
 
 }  // namespace

@@ -1,0 +1,41 @@
+#include "engine/local_payload.hpp"
+
+#include "engine/qp_types.hpp"
+#include "engine/send_completion.hpp"
+
+namespace softrdma {
+
+bool gather_local_payload(const Qp& qp, const SendWork& w, LocalPayload& out) {
+  out.iov = out.inline_iov;
+  out.count = 0;
+  if (!w.inline_data.empty()) {
+    out.inline_iov[out.count++] =
+        iovec{const_cast<char*>(w.inline_data.data()), w.inline_data.size()};
+    return true;
+  }
+  if (w.send_flags & IBV_SEND_INLINE) {
+    // Only while the post is under way: the application's buffers still hold the bytes.
+    for (int i = 0; i < w.num_sge; ++i)
+      if (w.sge[i].length)
+        out.inline_iov[out.count++] =
+            iovec{reinterpret_cast<void*>(w.sge[i].addr), w.sge[i].length};
+    return true;
+  }
+  const uint32_t need =
+      (w.opcode == IBV_WR_RDMA_READ || is_atomic(w.opcode)) ? IBV_ACCESS_LOCAL_WRITE : 0;
+  if (!pin_sge_list(out.pinned, w.sge, w.num_sge, self_process(), qp.pd_id, need)) return false;
+  out.iov = out.pinned.iov();
+  out.count = out.pinned.count();
+  return true;
+}
+
+void capture_inline(SendWork& w) {
+  if (!(w.send_flags & IBV_SEND_INLINE) || !w.inline_data.empty()) return;
+  w.inline_data.reserve(payload_length(w));
+  for (int i = 0; i < w.num_sge; ++i) {
+    const char* p = reinterpret_cast<const char*>(w.sge[i].addr);
+    w.inline_data.insert(w.inline_data.end(), p, p + w.sge[i].length);
+  }
+}
+
+}  // namespace softrdma
