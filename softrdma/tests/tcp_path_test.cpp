@@ -681,6 +681,36 @@ INSTANTIATE_TEST_SUITE_P(TcpPath, DatagramOnABrokenConnection,
                                                                      : "BrokenSecond";
                          });
 
+// A peer whose every connection breaks (it reads a datagram and resets the connection, as
+// a listener does on a request it cannot take): the datagram goes out once more, then is
+// lost, and the QP goes on; it is not sent again for as long as new connections break.
+TEST_F(TcpPathTest, ADatagramWhoseConnectionsKeepBreakingGoesOutOnceMoreThenIsLost) {
+  constexpr uint32_t kFakeQpn = 0x4e4e;
+  std::atomic<int> seen{0};
+  FakeHost breaking("127.0.0.17", kFakeQpn, [&](int listener, const std::atomic<bool>& stop) {
+    while (!stop) {
+      const int c = accept(listener, nullptr, nullptr);
+      if (c < 0) return;
+      answer_request(c, Millis{-1}, IBV_QPT_UD, seen);
+      const linger reset_on_close{1, 0};
+      setsockopt(c, SOL_SOCKET, SO_LINGER, &reset_on_close, sizeof reset_on_close);
+      close(c);
+    }
+  });
+  ASSERT_EQ(breaking.error(), "");
+  ibv_cq* cq = nullptr;
+  ibv_qp* qp = nullptr;
+  AhPtr ah;
+  ASSERT_NO_FATAL_FAILURE(DatagramQpTo("127.0.0.17", cq, qp, ah));
+  Buffer src = NewBuffer(64, 0, 1);
+  ASSERT_EQ(post_send(qp, ud_wr(1, ah.get(), kFakeQpn, kDatagramQkey), {src.sge()}), 0);
+  EXPECT_TRUE(completed(poll_one(cq), 1));
+  std::this_thread::sleep_for(Millis{100});  // a third copy would have come by now
+  breaking.finish();
+  EXPECT_EQ(seen.load(), 2);
+  EXPECT_EQ(qp_state(qp), IBV_QPS_RTS);
+}
+
 TEST_F(TcpPathTest, UcWritesToAHostWhereNothingListensCompleteAndTheQpGoesOn) {
   ibv_cq* cq = nullptr;
   ibv_qp* qp = nullptr;
@@ -799,7 +829,8 @@ TEST_F(TcpPathTest, AnInlineSendRetriedAfterAnRnrCarriesTheBytesPosted) {
   ASSERT_EQ(host.error(), "");
   ibv_cq* cq = nullptr;
   ibv_qp* qp = nullptr;
-  ASSERT_NO_FATAL_FAILURE(QpToFakeHost("127.0.0.14", kFakeQpn, cq, qp));
+  // 134 ms, tried twice: the first answer waits for the test thread to reuse its buffer.
+  ASSERT_NO_FATAL_FAILURE(QpToFakeHost("127.0.0.14", kFakeQpn, cq, qp, 15));
   Buffer src = NewBuffer(kLength, kRemoteAccess, 'p');
   ASSERT_EQ(
       post_send(qp, send_wr(1, IBV_WR_SEND, IBV_SEND_SIGNALED | IBV_SEND_INLINE), {src.sge()}), 0);

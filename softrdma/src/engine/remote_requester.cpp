@@ -1,5 +1,6 @@
 // The requester over TCP: sending requests, matching answers, go-back-N after an RNR or a
 // lost connection, and the ACK timeout of requests in flight.
+#include <algorithm>
 #include <cstring>
 
 #include "common/log.hpp"
@@ -262,26 +263,42 @@ namespace wire {
 
 namespace {
 
-// Sends `w` once more, on a new connection, where it stands in the queue in flight.
-bool send_again(Qp& qp, SendWork& w) {
+// Sends `w` once more, on `link`, where it stands in the queue in flight. Its ACK timer runs
+// on from its first sending: a peer whose connections keep breaking loses it in the end.
+bool send_again(Qp& qp, SendWork& w, const std::shared_ptr<Link>& link) {
   LocalPayload local;
-  std::shared_ptr<Link> link = link_for(qp, w);
-  if (!link || !gather_local_payload(qp, w, local)) return false;
+  if (!gather_local_payload(qp, w, local)) return false;
   const Request header = request_header(qp, w, payload_length(w));
   const bool may_borrow = w.inline_data.empty() && !(w.send_flags & IBV_SEND_INLINE);
   w.link = link;
-  w.give_up = answer_deadline(qp, Clock::now());
+  w.link_progress.reset();  // counted on the old link
+  w.sent_again = true;
   return link->send(header, local.iov, carries_payload(header.opcode) ? local.count : 0,
                     may_borrow) != Link::Sent::kFailed;
 }
 
 // An unreliable QP's messages that went out on `broken` and were not answered go out once
-// more, each on a new connection (another process of the peer's user may serve its port
-// now), in their places: completions keep posting order, and those in flight to other peers
-// are not sent twice. One that cannot be sent again is lost.
+// more on a new connection (another process of the peer's user may serve its port now), in
+// their places: completions keep posting order, and those in flight to other peers are not
+// sent twice. One that cannot be sent again, or was already, is lost; so is a UC message
+// that would arrive behind one posted after it that already took a new connection (UC
+// loses messages but never reorders them).
 void send_unanswered_again(Qp& qp, const Link& broken) {
+  const bool uc_order_broken =
+      qp.qpx.qp_base.qp_type == IBV_QPT_UC &&
+      std::any_of(qp.inflight.begin(), qp.inflight.end(),
+                  [&broken](const SendWork& w) { return w.link.get() != &broken; });
+  std::shared_ptr<Link> replacement;  // every request on `broken` went to one host and port
+  bool looked = false;
   for (SendWork& w : qp.inflight) {
-    if (w.link.get() != &broken || w.answered || send_again(qp, w)) continue;
+    if (w.link.get() != &broken || w.answered) continue;
+    if (!w.sent_again && !uc_order_broken) {
+      if (!looked) {
+        replacement = link_for(qp, w);
+        looked = true;
+      }
+      if (replacement && send_again(qp, w, replacement)) continue;
+    }
     SOFTRDMA_DEBUG_LOG("QP %u: message %u to QP %u lost (its connection broke)",
                        qp.qpx.qp_base.qp_num, w.psn, destination_qpn(qp, w));
     release_payload(w);
