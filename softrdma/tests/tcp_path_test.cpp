@@ -495,6 +495,13 @@ TEST_F(TcpPathTest, DatagramsToAHostWhereNothingListensCompleteAndTheQpGoesOn) {
   EXPECT_EQ(qp_state(qp), IBV_QPS_RTS);
 }
 
+// Closes `c` as the connections of a process that ends are closed: the peer reads a reset.
+void close_with_reset(int c) {
+  const linger reset_on_close{1, 0};
+  setsockopt(c, SOL_SOCKET, SO_LINGER, &reset_on_close, sizeof reset_on_close);
+  close(c);
+}
+
 // Reads one request from `c`, counts it in `seen` if it is of `type`, and answers it "done"
 // after `delay` (never, when it is negative). False when no whole request came.
 bool answer_request(int c, Millis delay, ibv_qp_type type, std::atomic<int>& seen) {
@@ -568,9 +575,7 @@ TEST_F(TcpPathTest, ADatagramWhoseConnectionBreaksUnderItsSendGoesOutOnANewOne) 
     for (const auto until = Clock::now() + kTimeout;
          !first_completed && !stop && Clock::now() < until;)
       std::this_thread::sleep_for(Millis{1});
-    const linger reset_on_close{1, 0};  // as the connections of a process that ends
-    setsockopt(first, SOL_SOCKET, SO_LINGER, &reset_on_close, sizeof reset_on_close);
-    close(first);
+    close_with_reset(first);
     reset = true;
     answer_the_next(listener, stop);
   });
@@ -641,9 +646,7 @@ TEST_P(DatagramOnABrokenConnection, GoesOutAgainAloneAndCompletesInOrder) {
     const int first = accept(listener, nullptr, nullptr);
     if (first < 0) return;
     answer_request(first, Millis{-1}, IBV_QPT_UD, seen_before);
-    const linger reset_on_close{1, 0};
-    setsockopt(first, SOL_SOCKET, SO_LINGER, &reset_on_close, sizeof reset_on_close);
-    close(first);
+    close_with_reset(first);
     answer_the_next(listener, stop);
   });
   ASSERT_EQ(steady.error(), "");
@@ -692,9 +695,7 @@ TEST_F(TcpPathTest, ADatagramWhoseConnectionsKeepBreakingGoesOutOnceMoreThenIsLo
       const int c = accept(listener, nullptr, nullptr);
       if (c < 0) return;
       answer_request(c, Millis{-1}, IBV_QPT_UD, seen);
-      const linger reset_on_close{1, 0};
-      setsockopt(c, SOL_SOCKET, SO_LINGER, &reset_on_close, sizeof reset_on_close);
-      close(c);
+      close_with_reset(c);
     }
   });
   ASSERT_EQ(breaking.error(), "");
