@@ -171,6 +171,7 @@ Outcome transmit(Qp& qp, SendWork& w, const iovec* payload, int count, uint64_t 
   if (sent == wire::Link::Sent::kFailed && unreliable(qp) &&
       (link = link_for(qp, qp.inflight.back()))) {
     qp.inflight.back().link = link;
+    qp.inflight.back().sent_again = true;  // once: a break of this connection too loses it
     sent = link->send(header, payload, payload_count, may_borrow);
   }
   if (sent == wire::Link::Sent::kFailed) {
