@@ -166,12 +166,12 @@ Outcome transmit(Qp& qp, SendWork& w, const iovec* payload, int count, uint64_t 
   qp.inflight.push_back(std::move(w));
   auto sent = link->send(header, payload, payload_count, may_borrow);
   // The connection broke under this send: the process of the peer's user that held it may
-  // have ended while another serves the port. An unreliable message goes out once more on
-  // a new connection rather than being lost (a reliable one is retried in any case).
+  // have ended while another serves the port. An unreliable message goes out again on a
+  // new connection rather than being lost (a reliable one is retried in any case).
   if (sent == wire::Link::Sent::kFailed && unreliable(qp) &&
       (link = link_for(qp, qp.inflight.back()))) {
     qp.inflight.back().link = link;
-    qp.inflight.back().sent_again = true;  // once: a break of this connection too loses it
+    ++qp.inflight.back().resends;
     sent = link->send(header, payload, payload_count, may_borrow);
   }
   if (sent == wire::Link::Sent::kFailed) {
@@ -264,8 +264,8 @@ namespace wire {
 
 namespace {
 
-// Sends `w` once more, on `link`, where it stands in the queue in flight. Its ACK timer runs
-// on from its first sending: a peer whose connections keep breaking loses it in the end.
+// Sends `w` again, on `link`, where it stands in the queue in flight. Its ACK timer runs on
+// from its first sending.
 bool send_again(Qp& qp, SendWork& w, const std::shared_ptr<Link>& link) {
   LocalPayload local;
   if (!gather_local_payload(qp, w, local)) return false;
@@ -273,17 +273,17 @@ bool send_again(Qp& qp, SendWork& w, const std::shared_ptr<Link>& link) {
   const bool may_borrow = w.inline_data.empty() && !(w.send_flags & IBV_SEND_INLINE);
   w.link = link;
   w.link_progress.reset();  // counted on the old link
-  w.sent_again = true;
+  ++w.resends;
   return link->send(header, local.iov, carries_payload(header.opcode) ? local.count : 0,
                     may_borrow) != Link::Sent::kFailed;
 }
 
-// An unreliable QP's messages that went out on `broken` and were not answered go out once
-// more on a new connection (another process of the peer's user may serve its port now), in
-// their places: completions keep posting order, and those in flight to other peers are not
-// sent twice. One that cannot be sent again, or was already, is lost; so is a UC message
-// that would arrive behind one posted after it that already took a new connection (UC
-// loses messages but never reorders them).
+// An unreliable QP's messages that went out on `broken` and were not answered go out again
+// on a new connection (another process of the peer's user may serve its port now), in their
+// places: completions keep posting order, and those in flight to other peers are not sent
+// twice. One that cannot be sent again, or was kMostResendsAfterABreak times already, is
+// lost; so is a UC message that would arrive behind one posted after it that already took a
+// new connection (UC loses messages but never reorders them).
 void send_unanswered_again(Qp& qp, const Link& broken) {
   const bool uc_order_broken =
       qp.qpx.qp_base.qp_type == IBV_QPT_UC &&
@@ -293,7 +293,7 @@ void send_unanswered_again(Qp& qp, const Link& broken) {
   bool looked = false;
   for (SendWork& w : qp.inflight) {
     if (w.link.get() != &broken || w.answered) continue;
-    if (!w.sent_again && !uc_order_broken) {
+    if (w.resends < kMostResendsAfterABreak && !uc_order_broken) {
       if (!looked) {
         replacement = link_for(qp, w);
         looked = true;

@@ -14,6 +14,13 @@ namespace softrdma {
 
 enum class Outcome { kCompleted, kBlocked, kInFlight };
 
+/// How often an unreliable message goes out again because its connection broke (the
+/// process of the peer's user that held it ended; the kernel hands each new connection to
+/// one of the user's listeners, a dying one among them) before it is lost: enough that
+/// landing in a dying listener every time is improbable, few enough that a peer which
+/// resets every connection gets a bounded number of copies.
+inline constexpr uint8_t kMostResendsAfterABreak = 16;
+
 /// The wire header of `w`, as another host's responder (or a multicast member) takes it.
 wire::Request request_header(const Qp& qp, const SendWork& w, uint64_t length);
 

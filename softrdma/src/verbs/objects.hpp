@@ -158,8 +158,8 @@ struct SendWork {
   // TCP transport: position in the QP's request stream, and the connection it went out on.
   uint32_t psn = 0;
   bool has_psn = false;
-  bool answered = false;    // unreliable QPs: its answer came before an earlier request's
-  bool sent_again = false;  // unreliable QPs: went out once more after its connection broke
+  bool answered = false;  // unreliable QPs: its answer came before an earlier request's
+  uint8_t resends = 0;    // unreliable QPs: sent again because its connection broke
   std::shared_ptr<wire::Link> link;
 };
 
