@@ -21,6 +21,12 @@ struct LocalPayload {
 /// request then fails with IBV_WC_LOC_PROT_ERR).
 bool gather_local_payload(const Qp& qp, const SendWork& w, LocalPayload& out);
 
+/// `w`'s payload may be sent from where it is, registered memory the application leaves
+/// alone until the request completes (not inline bytes, which it may reuse at once).
+inline bool payload_may_be_borrowed(const SendWork& w) {
+  return w.inline_data.empty() && !(w.send_flags & IBV_SEND_INLINE);
+}
+
 /// Keeps `w`'s inline bytes in `w` (SendWork::inline_data), read from the application's
 /// buffers, which it may reuse once the post returns: call it while the post is under way,
 /// for a request that may be sent (again) later.

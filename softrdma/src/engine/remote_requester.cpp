@@ -157,8 +157,7 @@ Outcome transmit(Qp& qp, SendWork& w, const iovec* payload, int count, uint64_t 
   wire::Request header = request_header(qp, w, length);
   if (qp.took_carried_ack) header.flags |= wire::kTakesCarriedAcks;
   qp.took_carried_ack = false;
-  // Registered memory may be sent from where it is until the answer (not inline bytes).
-  const bool may_borrow = w.inline_data.empty() && !(w.send_flags & IBV_SEND_INLINE);
+  const bool may_borrow = payload_may_be_borrowed(w);
   const int payload_count = wire::carries_payload(header.opcode) ? count : 0;
   w.link = link;
   w.answered = false;
@@ -270,7 +269,7 @@ bool send_again(Qp& qp, SendWork& w, const std::shared_ptr<Link>& link) {
   LocalPayload local;
   if (!gather_local_payload(qp, w, local)) return false;
   const Request header = request_header(qp, w, payload_length(w));
-  const bool may_borrow = w.inline_data.empty() && !(w.send_flags & IBV_SEND_INLINE);
+  const bool may_borrow = payload_may_be_borrowed(w);
   w.link = link;
   w.link_progress.reset();  // counted on the old link
   ++w.resends;
