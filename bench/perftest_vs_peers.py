@@ -187,7 +187,9 @@ def main():
             print("the socket's floor (bench/tcp_ping_pong, 8 B, one way): %.2f us over one "
                   "connection read by recv, %.2f us with epoll_wait first, %.2f us with requests "
                   "and answers on two connections, as softrdma's link and inbound connection "
-                  "carry them" % (floor["one"], floor["epoll"], floor["two"]))
+                  "carry them, %.2f us on two connections each read by a peek and emptied after "
+                  "the answer, as softrdma's polls read them"
+                  % (floor["one"], floor["epoll"], floor["two"], floor["peek"]))
 
             def each_way(tool, bidirectional):
                 """64 KiB streams; with `bidirectional` both hosts send at once, and perftest's

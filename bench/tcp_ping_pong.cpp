@@ -10,6 +10,9 @@
 //           reading the second socket adds
 //   delack  as `two`, each side's acknowledgements delayed (TCP_QUICKACK off, renewed every
 //           16 messages since the kernel turns it back on): what the extra segments cost
+//   peek    as `two1`, each side peeking at the message (MSG_PEEK) and taking it out of the
+//           socket (MSG_TRUNC) only after sending its own: the read that empties a socket
+//           sends the acknowledgement then and there, and here that comes after the answer
 // With `two` every message's TCP acknowledgement leaves as a packet of its own (nothing
 // goes back on that connection to carry it): twice the segments of `one`.
 //
@@ -37,8 +40,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr size_t kMaxSize = 4096;
-enum Pattern { kOne, kEpoll, kTwo, kTwoReadOne, kTwoDelayedAcks, kPatternCount };
-const char* const kPatterns[kPatternCount] = {"one", "epoll", "two", "two1", "delack"};
+enum Pattern { kOne, kEpoll, kTwo, kTwoReadOne, kTwoDelayedAcks, kTwoPeek, kPatternCount };
+const char* const kPatterns[kPatternCount] = {"one", "epoll", "two", "two1", "delack", "peek"};
 constexpr int kRenewDelayedAcksEvery = 16;
 
 [[noreturn]] void die(const char* what) {
@@ -68,6 +71,15 @@ struct Ends {
   int epfd = -1;  // `epoll` only
   int pattern = kOne;
   unsigned received = 0;  // messages taken, for `delack`
+  size_t peeked = 0;      // `peek`: the last message, still in the socket
+
+  // `peek`: takes the last message out of the socket, after this side sent its own.
+  void consume_peeked() {
+    if (peeked == 0) return;
+    if (recv(in, nullptr, peeked, MSG_TRUNC | MSG_DONTWAIT) != static_cast<ssize_t>(peeked))
+      die("recv MSG_TRUNC");
+    peeked = 0;
+  }
 
   bool two_connections() const { return pattern >= kTwo; }
 
@@ -81,6 +93,13 @@ struct Ends {
       } else if (pattern == kTwo || pattern == kTwoDelayedAcks) {
         char ignored[64];  // the other socket, read in turn (nothing arrives there)
         (void)recv(out, ignored, sizeof ignored, MSG_DONTWAIT);
+      }
+      if (pattern == kTwoPeek) {  // a peek sees the whole message or waits for it
+        const ssize_t p = recv(in, buf, size, MSG_DONTWAIT | MSG_PEEK);
+        if (p == 0) die("peer closed");
+        if (p == static_cast<ssize_t>(size)) peeked = size;
+        if (peeked) return;
+        continue;
       }
       const ssize_t r = recv(in, buf + got, size - got, MSG_DONTWAIT);
       if (r == 0) die("peer closed");
@@ -161,6 +180,7 @@ int accept_one(int listener, Hello& h) {
     for (uint32_t i = 0; i < h.count; ++i) {
       e.receive(buf.data(), h.size);
       send_all(e.out, buf.data(), h.size);
+      e.consume_peeked();
     }
     e.close_all();
   }
@@ -194,6 +214,7 @@ double run(const char* address, uint16_t port, int pattern, uint32_t size, uint3
   for (uint32_t i = 0; i < count; ++i) {
     const auto start = Clock::now();
     send_all(e.out, buf.data(), size);
+    e.consume_peeked();
     e.receive(buf.data(), size);
     one_way[i] = std::chrono::duration<double, std::micro>(Clock::now() - start).count() / 2;
   }

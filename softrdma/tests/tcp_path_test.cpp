@@ -12,6 +12,7 @@
 #include <atomic>
 #include <filesystem>
 #include <functional>
+#include <numeric>
 #include <string>
 #include <thread>
 #include <vector>
@@ -930,6 +931,75 @@ TEST_F(TcpPathTest, AnAnswerLeftForTheNextPollGoesOutWhenThereIsNone) {
   }
   application.join();
   EXPECT_EQ(taken.load(), kSends);
+  close(s);
+}
+
+// A polling application's poll that reads a short request of a QP whose traffic flows both
+// ways (kTakesCarriedAcks) leaves its bytes in the socket until the next read of it, by its
+// next poll or by the serving thread, so that the kernel's acknowledgement leaves after the
+// application acted. Each request still runs once, in order, and the next one is read
+// whole: datagrams here, which no sequence would keep from running twice, one at a time,
+// first while the application polls, then while it sleeps between polls and the serving
+// thread reads too.
+TEST_F(TcpPathTest, RequestsAPollLeavesInTheSocketRunOnceEachInOrder) {
+  ASSERT_NO_FATAL_FAILURE(Listen());
+  ibv_cq* cq = nullptr;
+  ibv_qp* ud = nullptr;
+  ASSERT_NO_FATAL_FAILURE(DatagramQp(cq, ud));
+  constexpr size_t kGrh = 40;
+  constexpr int kReceives = 16;
+  Buffer received = NewBuffer(kReceives * (kGrh + sizeof(uint32_t)), kRemoteAccess, 0);
+  const auto slot = [&](uint64_t i) {
+    return ibv_sge{reinterpret_cast<uint64_t>(received.data()) + i * (kGrh + sizeof(uint32_t)),
+                   static_cast<uint32_t>(kGrh + sizeof(uint32_t)), received.mr->lkey};
+  };
+  for (int i = 0; i < kReceives; ++i) ASSERT_EQ(post_recv(ud, i, {slot(i)}), 0);
+  constexpr uint32_t kRounds = 400;  // the second half with the application asleep
+  std::vector<uint32_t> seen;        // the application's, read once it has ended
+  std::atomic<size_t> taken{0};
+  std::atomic<bool> stop{false};
+  std::thread application([&] {
+    ibv_wc wc{};
+    while (!stop.load()) {
+      if (taken.load() >= kRounds / 2) std::this_thread::sleep_for(std::chrono::microseconds(200));
+      if (ibv_poll_cq(cq, 1, &wc) != 1) continue;
+      if (wc.status != IBV_WC_SUCCESS || wc.byte_len != kGrh + sizeof(uint32_t)) break;
+      uint32_t round;
+      std::memcpy(&round, received.data() + wc.wr_id * (kGrh + sizeof(uint32_t)) + kGrh,
+                  sizeof round);
+      seen.push_back(round);
+      taken.fetch_add(1);
+      if (post_recv(ud, wc.wr_id, {slot(wc.wr_id)}) != 0) break;
+    }
+  });
+  const int s = connect_to(own_port());
+  ASSERT_GE(s, 0);
+  for (uint32_t round = 0; round < kRounds; ++round) {
+    wire::Request h = valid_request(ud->qp_num);
+    h.opcode = IBV_WR_SEND;
+    h.qp_type = IBV_QPT_UD;
+    h.qkey = kDatagramQkey;
+    h.flags = wire::kTakesCarriedAcks;
+    h.length = h.payload_len = sizeof round;
+    ASSERT_EQ(send(s, &h, sizeof h, MSG_MORE), static_cast<ssize_t>(sizeof h));
+    ASSERT_EQ(send(s, &round, sizeof round, 0), static_cast<ssize_t>(sizeof round));
+    wire::Response r{};
+    ASSERT_TRUE(read_all(s, &r, sizeof r, kTimeout)) << "round " << round;
+    ASSERT_EQ(r.reply, wire::Reply::kDone) << "round " << round;
+    // A ping-pong: the next round once the application took this one (a datagram with no
+    // receive posted for it would be dropped).
+    for (const auto until = Clock::now() + kTimeout; taken.load() <= round && Clock::now() < until;)
+      std::this_thread::yield();
+  }
+  // A request run twice would take a second receive: give it time to show.
+  std::this_thread::sleep_for(Millis{20});
+  stop = true;
+  application.join();
+  std::vector<uint32_t> expected(kRounds);
+  std::iota(expected.begin(), expected.end(), 0u);
+  const auto differ = std::mismatch(seen.begin(), seen.end(), expected.begin(), expected.end());
+  EXPECT_EQ(seen, expected) << seen.size() << " received; the first difference at "
+                            << (differ.first - seen.begin());
   close(s);
 }
 

@@ -31,6 +31,8 @@ constexpr size_t kReadChunk = size_t{64} << 10;
 // Most asked of the socket per read while a large message arrives.
 constexpr size_t kLargeRead = size_t{4} << 20;
 static_assert(kReadChunk <= kLargeRead);
+// A read shorter than this is a message or a few, as a ping-pong brings, not a stream.
+constexpr size_t kShortRead = size_t{4} << 10;
 // Reads per readiness event, so one busy peer does not starve the others.
 constexpr int kReadsPerEvent = 16;
 // Answers are handed to the socket once this many wait, so the first ones travel while
@@ -101,8 +103,21 @@ InboundConnection::~InboundConnection() {
   close(fd_);
 }
 
-bool InboundConnection::on_readable(bool answer_now) {
+bool InboundConnection::consume_peeked() {
+  while (peeked_ > 0) {
+    // MSG_TRUNC: TCP discards the bytes without copying them anywhere.
+    const ssize_t r = recv(fd_, nullptr, peeked_, MSG_TRUNC | MSG_DONTWAIT);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;  // they were there: the connection failed
+    peeked_ -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+bool InboundConnection::on_readable(bool answer_now, bool consume_later) {
   for (int reads = 0; reads < kReadsPerEvent && wants_read(); ++reads) {
+    // A peek sees the socket from its first byte: what an earlier one copied goes first.
+    if (!consume_peeked()) return false;
     // Room for more of a large message at once, else a chunk; the buffer grows only with
     // bytes that arrive, whatever length a header claims.
     size_t want = kReadChunk;
@@ -114,7 +129,8 @@ bool InboundConnection::on_readable(bool answer_now) {
         want = std::clamp(sizeof h + h.payload_len - have, kReadChunk, kLargeRead);
     }
     if (input_.size() < filled_ + want) input_.resize(filled_ + want);
-    const ssize_t r = recv(fd_, input_.data() + filled_, want, 0);
+    const bool peek = consume_later && last_read_short_ && last_request_both_ways_;
+    const ssize_t r = recv(fd_, input_.data() + filled_, want, peek ? MSG_PEEK : 0);
     if (r == 0) return false;
     if (r < 0) {
       if (errno == EINTR) continue;
@@ -123,6 +139,8 @@ bool InboundConnection::on_readable(bool answer_now) {
     }
     filled_ += static_cast<size_t>(r);
     received_ += static_cast<uint64_t>(r);
+    if (peek) peeked_ = static_cast<size_t>(r);
+    last_read_short_ = static_cast<size_t>(r) < kShortRead;
     if (!execute_complete()) return false;
     // A short read took all there was: asking again would only hear EAGAIN (a system call
     // on every request's path); what arrives later wakes the loop again.
@@ -169,6 +187,7 @@ void InboundConnection::execute(const Request& h, const char* payload) {
   resp.src_qpn = h.src_qpn;
   resp.psn = h.psn;
   const bool rc = h.qp_type == IBV_QPT_RC;  // carries acknowledgements for its peer's requests
+  last_request_both_ways_ = ack_may_ride_back(h);
   // Acknowledgements the peer's QP carries for our QP come first, as on the wire.
   if (rc && h.acked_psn_end) apply_implied_acks(h.dest_qpn, h.acked_psn_end);
   iovec local{};

@@ -33,9 +33,11 @@ class InboundConnection {
 
   int fd() const { return fd_; }
   /// Reads what arrived and executes every complete request, and unless `answer_now` is
-  /// false hands the answers to the socket (then on_writable() does). False: close the
-  /// connection (the peer closed it, or sent something malformed).
-  bool on_readable(bool answer_now = true);
+  /// false hands the answers to the socket (then on_writable() does). With
+  /// `consume_later`, the bytes of its last read stay in the socket until the next call
+  /// (see peeked_). False: close the connection (the peer closed it, or sent something
+  /// malformed).
+  bool on_readable(bool answer_now = true, bool consume_later = false);
   /// Writes pending answers, then executes requests that waited for them to drain. False:
   /// close the connection.
   bool on_writable();
@@ -59,6 +61,8 @@ class InboundConnection {
  private:
   /// Executes every complete request read so far. False on a malformed one.
   bool execute_complete();
+  /// Takes the peeked bytes out of the socket. False: the connection failed.
+  bool consume_peeked();
   /// A whole request (or a malformed header) waits in input_.
   bool has_complete_request() const;
   /// Hands pending answers to the socket without blocking. False: the connection failed.
@@ -73,6 +77,17 @@ class InboundConnection {
   size_t consumed_ = 0;
   size_t filled_ = 0;
   uint64_t received_ = 0;
+  // Bytes copied into input_ by a peek and still in the socket. Taking bytes that empty the
+  // socket makes the kernel send an acknowledgement at once (the connection carries nothing
+  // back for it to ride on), inside that call: on a polling application's path from a
+  // request to what it does about it. Peeked, they leave the socket at the next read,
+  // after the application acted.
+  size_t peeked_ = 0;
+  // Only where an answer is coming: the last read was short (a message or a few, not a
+  // stream's) and its last request came from a QP whose traffic flows both ways
+  // (kTakesCarriedAcks). A one-way stream's sender needs the acknowledgements to go on.
+  bool last_read_short_ = true;
+  bool last_request_both_ways_ = false;
   /// Drops the held acknowledgements that were carried; makes the others sendable once due
   /// at `now`, or with `all`.
   void settle_held(HeldAcks::Clock::time_point now, bool all);

@@ -89,7 +89,7 @@ class ResponderLoop {
     const bool answer_now = !standby_.standing_by();
     bool took = false;
     for (int i = 0; i < arrived.requests; ++i)
-      took = serve(arrived.request_fds[i], EPOLLIN, answer_now) || took;
+      took = serve(arrived.request_fds[i], EPOLLIN, answer_now, true) || took;
     // A poll that reads every connection (arrivals.hpp) mostly finds nothing: only what it
     // took counts toward standing the thread down.
     if (took) standby_.application_took();
@@ -225,8 +225,11 @@ class ResponderLoop {
     }
   }
 
-  // True if bytes arrived or the connection ended.
-  bool serve(int fd, uint32_t events, bool answer_now) {
+  // True if bytes arrived or the connection ended. An application's poll
+  // (`consume_later`) leaves what it read in the socket until the next read of it, by
+  // whichever thread (InboundConnection::peeked_); the loop's thread takes it out, or its
+  // socket would stay readable and wake it again.
+  bool serve(int fd, uint32_t events, bool answer_now, bool consume_later = false) {
     auto it = connections_.find(fd);
     if (it == connections_.end()) return false;
     InboundConnection& c = *it->second.connection;
@@ -237,7 +240,7 @@ class ResponderLoop {
     // on the same number.
     if (events & (EPOLLERR | EPOLLHUP)) events |= EPOLLIN;
     if (events & EPOLLOUT) ok = c.on_writable();
-    if (ok && (events & EPOLLIN)) ok = c.on_readable(answer_now);
+    if (ok && (events & EPOLLIN)) ok = c.on_readable(answer_now, consume_later);
     if (!ok) {
       drop(it);
       return true;
