@@ -68,7 +68,7 @@ def main():
         cells = []
         for lib in a.libs:
             m = statistics.median(results[(lib, t)])
-            cells.append("%s %.1f (%.2fx)" % (lib, m, m / reference))
+            cells.append("%s %.2f (%.2fx)" % (lib, m, m / reference))
         print("%-20s %s" % (t, "   ".join(cells)))
 
 

@@ -31,8 +31,10 @@ constexpr size_t kReadChunk = size_t{64} << 10;
 // Most asked of the socket per read while a large message arrives.
 constexpr size_t kLargeRead = size_t{4} << 20;
 static_assert(kReadChunk <= kLargeRead);
-// A read shorter than this is a message or a few, as a ping-pong brings, not a stream.
+// A read shorter than this is a message or a few, as a ping-pong brings, not a stream; a
+// peek reads at most this much.
 constexpr size_t kShortRead = size_t{4} << 10;
+static_assert(kShortRead <= kReadChunk);
 // Reads per readiness event, so one busy peer does not starve the others.
 constexpr int kReadsPerEvent = 16;
 // Answers are handed to the socket once this many wait, so the first ones travel while
@@ -104,9 +106,11 @@ InboundConnection::~InboundConnection() {
 }
 
 bool InboundConnection::consume_peeked() {
+  // MSG_TRUNC: TCP discards the bytes without copying them anywhere, but the sanitizers'
+  // recv takes the buffer as written: give them one of the length asked.
+  char discarded[kShortRead];
   while (peeked_ > 0) {
-    // MSG_TRUNC: TCP discards the bytes without copying them anywhere.
-    const ssize_t r = recv(fd_, nullptr, peeked_, MSG_TRUNC | MSG_DONTWAIT);
+    const ssize_t r = recv(fd_, discarded, peeked_, MSG_TRUNC | MSG_DONTWAIT);
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) return false;  // they were there: the connection failed
     peeked_ -= static_cast<size_t>(r);
@@ -130,6 +134,7 @@ bool InboundConnection::on_readable(bool answer_now, bool consume_later) {
     }
     if (input_.size() < filled_ + want) input_.resize(filled_ + want);
     const bool peek = consume_later && last_read_short_ && last_request_both_ways_;
+    if (peek) want = kShortRead;  // consume_peeked() discards at most that much
     const ssize_t r = recv(fd_, input_.data() + filled_, want, peek ? MSG_PEEK : 0);
     if (r == 0) return false;
     if (r < 0) {
