@@ -14,7 +14,8 @@ using Clock = std::chrono::steady_clock;
 void progress_schedule(Qp* qp, Clock::time_point when);
 /// Forgets `qp`; returns once no progress call runs on it.
 void progress_forget(Qp* qp);
-/// Runs whatever is due. Costs one atomic load when nothing is pending.
+/// Runs whatever is due, on one call in a few of each thread. Costs one atomic load when
+/// nothing is pending.
 void run_due_progress();
 
 }  // namespace softrdma
