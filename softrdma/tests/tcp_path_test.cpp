@@ -191,9 +191,9 @@ class TcpPathTest : public RcLoopbackTest {
   // softrdma0's GIDs, so reached over TCP), with a short ACK timeout, tried twice: by
   // default 4.096 us * 2^10 = 4 ms.
   void QpToFakeHost(const char* ip, uint32_t qpn, ibv_cq*& cq, ibv_qp*& qp,
-                    uint8_t ack_timeout = 10) {
+                    uint8_t ack_timeout = 10, const QpCaps& caps = {}) {
     cq = NewCq();
-    qp = NewQp(IBV_QPT_RC, cq, cq);
+    qp = NewQp(IBV_QPT_RC, cq, cq, caps);
     ASSERT_NE(qp, nullptr);
     RcParams fast;
     fast.timeout = ack_timeout;
@@ -801,18 +801,27 @@ TEST_F(TcpPathTest, APayloadStillQueuedWhenItsRequestFailsIsSentAsItWasPosted) {
 
 // Inline data is the application's to reuse once ibv_post_send returns. An inline SEND to
 // another host that is answered "receiver not ready" goes out again later, with the bytes
-// that were posted, not with what the buffer holds by then.
-TEST_F(TcpPathTest, AnInlineSendRetriedAfterAnRnrCarriesTheBytesPosted) {
+// that were posted, not with what the buffer holds by then: a small one (kept in its work
+// request's record) and one larger than that (kept on the heap).
+struct InlineCase {
+  const char* name;
+  size_t length;
+  const char* host;  // a fake host of its own
+};
+
+class InlineSendRetried : public TcpPathTest, public ::testing::WithParamInterface<InlineCase> {};
+
+TEST_P(InlineSendRetried, AfterAnRnrCarriesTheBytesPosted) {
   constexpr uint32_t kFakeQpn = 0x4b4b;
-  constexpr size_t kLength = 32;
+  const size_t length = GetParam().length;
   std::atomic<bool> reused{false};
   std::vector<std::string> payloads;  // the host's, read once it has finished
-  FakeHost host("127.0.0.14", kFakeQpn, [&](int listener, const std::atomic<bool>& stop) {
+  FakeHost host(GetParam().host, kFakeQpn, [&](int listener, const std::atomic<bool>& stop) {
     const int c = accept(listener, nullptr, nullptr);
     if (c < 0) return;
     for (int attempt = 0; attempt < 2 && !stop; ++attempt) {
       wire::Request h{};
-      if (!read_all(c, &h, sizeof h, kTimeout) || h.payload_len > kLength) break;
+      if (!read_all(c, &h, sizeof h, kTimeout) || h.payload_len > length) break;
       std::string payload(h.payload_len, '\0');
       if (!read_all(c, payload.data(), payload.size(), kTimeout)) break;
       payloads.push_back(payload);
@@ -833,8 +842,10 @@ TEST_F(TcpPathTest, AnInlineSendRetriedAfterAnRnrCarriesTheBytesPosted) {
   ibv_cq* cq = nullptr;
   ibv_qp* qp = nullptr;
   // 134 ms, tried twice: the first answer waits for the test thread to reuse its buffer.
-  ASSERT_NO_FATAL_FAILURE(QpToFakeHost("127.0.0.14", kFakeQpn, cq, qp, 15));
-  Buffer src = NewBuffer(kLength, kRemoteAccess, 'p');
+  QpCaps caps;
+  caps.inline_data = static_cast<uint32_t>(length);
+  ASSERT_NO_FATAL_FAILURE(QpToFakeHost(GetParam().host, kFakeQpn, cq, qp, 15, caps));
+  Buffer src = NewBuffer(length, kRemoteAccess, 'p');
   ASSERT_EQ(
       post_send(qp, send_wr(1, IBV_WR_SEND, IBV_SEND_SIGNALED | IBV_SEND_INLINE), {src.sge()}), 0);
   src.fill('r');
@@ -842,9 +853,14 @@ TEST_F(TcpPathTest, AnInlineSendRetriedAfterAnRnrCarriesTheBytesPosted) {
   EXPECT_TRUE(completed(poll_one(cq), 1));
   host.finish();
   ASSERT_EQ(payloads.size(), 2u);
-  EXPECT_EQ(payloads[0], std::string(kLength, 'p'));
-  EXPECT_EQ(payloads[1], std::string(kLength, 'p')) << "the retry sent the reused buffer";
+  EXPECT_EQ(payloads[0], std::string(length, 'p'));
+  EXPECT_EQ(payloads[1], std::string(length, 'p')) << "the retry sent the reused buffer";
 }
+
+INSTANTIATE_TEST_SUITE_P(TcpPath, InlineSendRetried,
+                         ::testing::Values(InlineCase{"InTheRecord", 32, "127.0.0.14"},
+                                           InlineCase{"OnTheHeap", 400, "127.0.0.19"}),
+                         [](const auto& param_info) { return std::string(param_info.param.name); });
 
 // A batch of READs whose answers exceed what the responder lets pile up (8 MiB) arrives in
 // one piece: the requests held back behind the limit run once the answers drain, though

@@ -31,11 +31,7 @@ bool gather_local_payload(const Qp& qp, const SendWork& w, LocalPayload& out) {
 
 void capture_inline(SendWork& w) {
   if (!(w.send_flags & IBV_SEND_INLINE) || !w.inline_data.empty()) return;
-  w.inline_data.reserve(payload_length(w));
-  for (int i = 0; i < w.num_sge; ++i) {
-    const char* p = reinterpret_cast<const char*>(w.sge[i].addr);
-    w.inline_data.insert(w.inline_data.end(), p, p + w.sge[i].length);
-  }
+  w.inline_data.assign(w.sge, w.num_sge);
 }
 
 }  // namespace softrdma

@@ -18,6 +18,7 @@
 #include "common/object_pool.hpp"
 #include "common/process_lock.hpp"
 #include "engine/arena.hpp"
+#include "engine/inline_bytes.hpp"
 #include "engine/local_key_cache.hpp"
 #include "engine/memory_access.hpp"
 #include "engine/memory_windows.hpp"
@@ -135,8 +136,8 @@ struct SendWork {
   uint32_t send_flags = 0;
   uint32_t imm_data = 0;
   int num_sge = 0;
-  ibv_sge sge[kMaxSge];           // the first num_sge are set
-  std::vector<char> inline_data;  // IBV_SEND_INLINE: the bytes, copied at post time
+  ibv_sge sge[kMaxSge];     // the first num_sge are set
+  InlineBytes inline_data;  // IBV_SEND_INLINE: the bytes, copied at post time
   uint64_t remote_addr = 0;
   uint32_t rkey = 0;
   uint64_t compare_add = 0;

@@ -162,9 +162,9 @@ class ResponderLoop {
     deferred_.clear();
     if (!holding_.empty()) {
       const auto now = Clock::now();
-      std::vector<int> holding;
-      holding.swap(holding_);
-      for (const int fd : holding) {
+      // Both keep their memory: this runs on every poll while acknowledgements are held.
+      held_before_.swap(holding_);
+      for (const int fd : held_before_) {
         auto it = connections_.find(fd);
         if (it == connections_.end()) continue;
         if (!it->second.connection->release_held(now, all)) {
@@ -174,6 +174,7 @@ class ResponderLoop {
         rewatch(it);
         if (it->second.connection->holds_acks()) holding_.push_back(fd);
       }
+      held_before_.clear();
     }
     count_waiting_answers();
   }
@@ -330,10 +331,11 @@ class ResponderLoop {
     }
   }
 
-  std::mutex serving_;         // the loop's thread, or an application thread in serve_arrived()
-  Standby standby_;            // the loop thread's, while applications serve every arrival
-  std::vector<int> deferred_;  // connections whose answers wait for send_deferred()
-  std::vector<int> holding_;   // connections holding acknowledgements back
+  std::mutex serving_;            // the loop's thread, or an application thread in serve_arrived()
+  Standby standby_;               // the loop thread's, while applications serve every arrival
+  std::vector<int> deferred_;     // connections whose answers wait for send_deferred()
+  std::vector<int> holding_;      // connections holding acknowledgements back
+  std::vector<int> held_before_;  // send_deferred's, kept for its capacity
   const int listener_;
   const int epfd_;
   const std::chrono::milliseconds unauthenticated_timeout_ = unauthenticated_timeout();
