@@ -25,6 +25,7 @@ class InlineBytes {
     if (total > kHeld) heap_.resize(total);
     char* into = total <= kHeld ? held_ : heap_.data();
     for (int i = 0; i < count; ++i) {
+      if (sge[i].length == 0) continue;  // its address may be anything, null included
       std::memcpy(into, reinterpret_cast<const void*>(sge[i].addr), sge[i].length);
       into += sge[i].length;
     }

@@ -5,6 +5,7 @@
 
 #include <sys/uio.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <vector>
@@ -41,6 +42,12 @@ class InboundConnection {
   /// Writes pending answers, then executes requests that waited for them to drain. False:
   /// close the connection.
   bool on_writable();
+  /// Takes the bytes a peek left in the socket out of it. Done before the socket closes:
+  /// closing a socket with unread bytes resets the connection, and answers still queued in
+  /// it are lost. False: the connection failed.
+  bool consume_peeked();
+  /// Connections of this process with peeked bytes in their sockets.
+  static size_t with_peeked_bytes() { return with_peeked_.load(std::memory_order_relaxed); }
   /// Answers are waiting for the socket to take them (held acknowledgements aside).
   bool wants_write() const { return written_ < sendable_end_; }
   /// Bare acknowledgements are held (wire/held_acks.hpp), due at held_due().
@@ -61,8 +68,6 @@ class InboundConnection {
  private:
   /// Executes every complete request read so far. False on a malformed one.
   bool execute_complete();
-  /// Takes the peeked bytes out of the socket. False: the connection failed.
-  bool consume_peeked();
   /// A whole request (or a malformed header) waits in input_.
   bool has_complete_request() const;
   /// Hands pending answers to the socket without blocking. False: the connection failed.
@@ -83,6 +88,9 @@ class InboundConnection {
   // request to what it does about it. Peeked, they leave the socket at the next read,
   // after the application acted.
   size_t peeked_ = 0;
+  static inline std::atomic<size_t> with_peeked_{0};
+  /// Sets peeked_, counting the connection in with_peeked_ while it is not 0.
+  void set_peeked(size_t n);
   // Only where an answer is coming: the last read was short (a message or a few, not a
   // stream's) and its last request came from a QP whose traffic flows both ways
   // (kTakesCarriedAcks). A one-way stream's sender needs the acknowledgements to go on.

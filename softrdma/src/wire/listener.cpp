@@ -96,6 +96,13 @@ class ResponderLoop {
     return true;
   }
 
+  /// Takes the bytes applications' polls peeked at out of every connection's socket (see
+  /// InboundConnection::consume_peeked), waiting for the thread serving them.
+  void consume_peeked_everywhere() {
+    std::lock_guard lock(serving_);
+    for (auto& [fd, entry] : connections_) entry.connection->consume_peeked();
+  }
+
   /// Hands the answers deferred by applications' polls to their sockets, and the held
   /// acknowledgements that fell due or were carried, unless the loop's thread is at it (and
   /// will). With `wait`, after it, and every held acknowledgement too.
@@ -351,18 +358,22 @@ class ResponderLoop {
 std::atomic<ResponderLoop*> g_loop{nullptr};
 std::atomic<pid_t> g_loop_pid{0};
 
+// This process's loop (not one a forked child inherited), or none.
+ResponderLoop* own_loop() {
+  ResponderLoop* loop = g_loop.load(std::memory_order_acquire);
+  return loop && g_loop_pid.load(std::memory_order_relaxed) == current_pid() ? loop : nullptr;
+}
+
 void at_exit() {
   const HeldAcks::Totals held = HeldAcks::totals();
   SOFTRDMA_DEBUG_LOG("acknowledgements held back: %llu carried by requests, %llu sent",
                      static_cast<unsigned long long>(held.carried),
                      static_cast<unsigned long long>(held.sent));
   send_deferred_answers_before_leaving();
-}
-
-// This process's loop (not one a forked child inherited), or none.
-ResponderLoop* own_loop() {
-  ResponderLoop* loop = g_loop.load(std::memory_order_acquire);
-  return loop && g_loop_pid.load(std::memory_order_relaxed) == current_pid() ? loop : nullptr;
+  // Sockets the process's exit closes must hold no unread bytes, or the peers see a reset
+  // and lose the answers still queued.
+  if (InboundConnection::with_peeked_bytes() != 0)
+    if (ResponderLoop* loop = own_loop()) loop->consume_peeked_everywhere();
 }
 
 }  // namespace
