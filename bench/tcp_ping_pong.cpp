@@ -97,6 +97,7 @@ struct Ends {
       if (pattern == kTwoPeek) {  // a peek sees the whole message or waits for it
         const ssize_t p = recv(in, buf, size, MSG_DONTWAIT | MSG_PEEK);
         if (p == 0) die("peer closed");
+        if (p < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) die("recv");
         if (p == static_cast<ssize_t>(size)) peeked = size;
         if (peeked) return;
         continue;

@@ -923,7 +923,7 @@ TEST_F(TcpPathTest, AnAnswerLeftForTheNextPollGoesOutWhenThereIsNone) {
   constexpr int kReceives = 16;
   for (int i = 0; i < kReceives; ++i) ASSERT_EQ(post_recv(p_.b, i, {received.sge()}), 0);
   std::atomic<uint32_t> taken{0};
-  std::thread application([&] {
+  std::jthread application([&] {  // joined however the test ends
     const auto give_up = std::chrono::steady_clock::now() + kTimeout;
     ibv_wc wc{};
     while (taken.load() < kSends && std::chrono::steady_clock::now() < give_up) {
@@ -973,10 +973,10 @@ TEST_F(TcpPathTest, RequestsAPollLeavesInTheSocketRunOnceEachInOrder) {
   constexpr uint32_t kRounds = 400;  // the second half with the application asleep
   std::vector<uint32_t> seen;        // the application's, read once it has ended
   std::atomic<size_t> taken{0};
-  std::atomic<bool> stop{false};
-  std::thread application([&] {
+  // Stopped and joined however the test ends.
+  std::jthread application([&](const std::stop_token& stop) {
     ibv_wc wc{};
-    while (!stop.load()) {
+    while (!stop.stop_requested()) {
       if (taken.load() >= kRounds / 2) std::this_thread::sleep_for(std::chrono::microseconds(200));
       if (ibv_poll_cq(cq, 1, &wc) != 1) continue;
       if (wc.status != IBV_WC_SUCCESS || wc.byte_len != kGrh + sizeof(uint32_t)) break;
@@ -1009,7 +1009,7 @@ TEST_F(TcpPathTest, RequestsAPollLeavesInTheSocketRunOnceEachInOrder) {
   }
   // A request run twice would take a second receive: give it time to show.
   std::this_thread::sleep_for(Millis{20});
-  stop = true;
+  application.request_stop();
   application.join();
   std::vector<uint32_t> expected(kRounds);
   std::iota(expected.begin(), expected.end(), 0u);

@@ -103,18 +103,7 @@ InboundConnection::InboundConnection(int fd) : fd_(fd), accepted_at_(Clock::now(
 
 InboundConnection::~InboundConnection() {
   consume_peeked();
-  set_peeked(0);  // even if the connection failed
   close(fd_);
-}
-
-void InboundConnection::set_peeked(size_t n) {
-  if ((peeked_ == 0) != (n == 0)) {
-    if (n == 0)
-      with_peeked_.fetch_sub(1, std::memory_order_relaxed);
-    else
-      with_peeked_.fetch_add(1, std::memory_order_relaxed);
-  }
-  peeked_ = n;
 }
 
 bool InboundConnection::consume_peeked() {
@@ -125,7 +114,7 @@ bool InboundConnection::consume_peeked() {
     const ssize_t r = recv(fd_, discarded, peeked_, MSG_TRUNC | MSG_DONTWAIT);
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) return false;  // they were there: the connection failed
-    set_peeked(peeked_ - static_cast<size_t>(r));
+    peeked_ -= static_cast<size_t>(r);
   }
   return true;
 }
@@ -156,7 +145,7 @@ bool InboundConnection::on_readable(bool answer_now, bool consume_later) {
     }
     filled_ += static_cast<size_t>(r);
     received_ += static_cast<uint64_t>(r);
-    if (peek) set_peeked(static_cast<size_t>(r));
+    if (peek) peeked_ = static_cast<size_t>(r);
     last_read_short_ = static_cast<size_t>(r) < kShortRead;
     if (!execute_complete()) return false;
     // A short read took all there was: asking again would only hear EAGAIN (a system call

@@ -5,7 +5,6 @@
 
 #include <sys/uio.h>
 
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <vector>
@@ -46,8 +45,6 @@ class InboundConnection {
   /// closing a socket with unread bytes resets the connection, and answers still queued in
   /// it are lost. False: the connection failed.
   bool consume_peeked();
-  /// Connections of this process with peeked bytes in their sockets.
-  static size_t with_peeked_bytes() { return with_peeked_.load(std::memory_order_relaxed); }
   /// Answers are waiting for the socket to take them (held acknowledgements aside).
   bool wants_write() const { return written_ < sendable_end_; }
   /// Bare acknowledgements are held (wire/held_acks.hpp), due at held_due().
@@ -88,9 +85,6 @@ class InboundConnection {
   // request to what it does about it. Peeked, they leave the socket at the next read,
   // after the application acted.
   size_t peeked_ = 0;
-  static inline std::atomic<size_t> with_peeked_{0};
-  /// Sets peeked_, counting the connection in with_peeked_ while it is not 0.
-  void set_peeked(size_t n);
   // Only where an answer is coming: the last read was short (a message or a few, not a
   // stream's) and its last request came from a QP whose traffic flows both ways
   // (kTakesCarriedAcks). A one-way stream's sender needs the acknowledgements to go on.

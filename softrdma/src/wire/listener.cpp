@@ -372,8 +372,7 @@ void at_exit() {
   send_deferred_answers_before_leaving();
   // Sockets the process's exit closes must hold no unread bytes, or the peers see a reset
   // and lose the answers still queued.
-  if (InboundConnection::with_peeked_bytes() != 0)
-    if (ResponderLoop* loop = own_loop()) loop->consume_peeked_everywhere();
+  if (ResponderLoop* loop = own_loop()) loop->consume_peeked_everywhere();
 }
 
 }  // namespace
