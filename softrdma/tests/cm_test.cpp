@@ -42,9 +42,10 @@ struct Report {
   int32_t event = -1;     // the event it got (-1: none)
   int32_t status = 0;     // that event's status
   int32_t retry_event = -1;
-  int64_t elapsed_ms = 0;    // from the call to its event
-  uint32_t qpn = 0;          // the child's QP
-  uint32_t sources[2] = {};  // addresses a resolve found (network order)
+  int64_t elapsed_ms = 0;               // from the call to its event
+  uint32_t qpn = 0;                     // the child's QP
+  uint32_t sources[2] = {};             // addresses a resolve found (network order)
+  int32_t plain_connect_to_itself = 0;  // the self-connect child's premise held
 };
 
 /// This program, started again as a child in `role`; always reaped (ReapedChild).
@@ -110,6 +111,25 @@ ibv_qp_init_attr child_qp_attr() {
   return attr;
 }
 
+/// A new id on `ch` with its address and route resolved towards 127.0.0.1:port and a QP
+/// (the CM's PD and CQs): ready for rdma_connect. Returns the step that failed, or null.
+const char* child_id_to_connect(rdma_event_channel* ch, uint16_t port, Report& r,
+                                rdma_cm_id** out) {
+  rdma_cm_id* id = nullptr;
+  if (rdma_create_id(ch, &id, nullptr, RDMA_PS_TCP) != 0) return "create id";
+  sockaddr_in dst = loopback(port);
+  if (rdma_resolve_addr(id, nullptr, as_sockaddr(&dst), kResolveTimeoutMs) != 0 ||
+      !child_expect(ch, RDMA_CM_EVENT_ADDR_RESOLVED, r))
+    return "resolve address";
+  if (rdma_resolve_route(id, kResolveTimeoutMs) != 0 ||
+      !child_expect(ch, RDMA_CM_EVENT_ROUTE_RESOLVED, r))
+    return "resolve route";
+  ibv_qp_init_attr attr = child_qp_attr();
+  if (rdma_create_qp(id, nullptr, &attr) != 0) return "rdma_create_qp";
+  *out = id;
+  return nullptr;
+}
+
 /// Makes `count` connections to 127.0.0.1:port, one after the other (QP and CQs made by the
 /// CM), reports each, then waits to be killed.
 int child_client(int fd, uint16_t port, int count) {
@@ -119,16 +139,8 @@ int child_client(int fd, uint16_t port, int count) {
   for (int i = 0; i < count; ++i) {
     r = Report{};
     rdma_cm_id* id = nullptr;
-    if (rdma_create_id(ch, &id, nullptr, RDMA_PS_TCP) != 0) return child_fail(fd, r, "create id");
-    sockaddr_in dst = loopback(port);
-    if (rdma_resolve_addr(id, nullptr, as_sockaddr(&dst), kResolveTimeoutMs) != 0 ||
-        !child_expect(ch, RDMA_CM_EVENT_ADDR_RESOLVED, r))
-      return child_fail(fd, r, "resolve address");
-    if (rdma_resolve_route(id, kResolveTimeoutMs) != 0 ||
-        !child_expect(ch, RDMA_CM_EVENT_ROUTE_RESOLVED, r))
-      return child_fail(fd, r, "resolve route");
-    ibv_qp_init_attr attr = child_qp_attr();
-    if (rdma_create_qp(id, nullptr, &attr) != 0) return child_fail(fd, r, "rdma_create_qp");
+    if (const char* failed = child_id_to_connect(ch, port, r, &id))
+      return child_fail(fd, r, failed);
     if (rdma_connect(id, nullptr) != 0 || !child_expect(ch, RDMA_CM_EVENT_ESTABLISHED, r))
       return child_fail(fd, r, "connect");
     r.ok = 1;
@@ -163,23 +175,30 @@ int child_server(int fd, uint16_t port) {
   for (;;) pause();
 }
 
-/// In a network namespace of its own (lo up, nothing else): resolves an address that has no
-/// route, then 127.0.0.1 on the same id.
-int child_unroutable(int fd) {
-  Report r;
+/// Moves this child into a network namespace of its own, with lo up. If it cannot, it has
+/// sent its report (setup_err when there is no namespace to be had) and returns false.
+bool own_network_namespace(int fd, Report& r) {
   if (unshare(CLONE_NEWNET) != 0) {
     r.setup_err = errno;
     write_all(fd, &r, sizeof r);
-    return 0;
+    return false;
   }
   const int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   ifreq ifr{};
   std::strncpy(ifr.ifr_name, "lo", IFNAMSIZ - 1);
-  if (s < 0 || ioctl(s, SIOCGIFFLAGS, &ifr) != 0) return child_fail(fd, r, "SIOCGIFFLAGS lo");
+  bool up = s >= 0 && ioctl(s, SIOCGIFFLAGS, &ifr) == 0;
   ifr.ifr_flags = static_cast<short>(ifr.ifr_flags | IFF_UP);
-  if (ioctl(s, SIOCSIFFLAGS, &ifr) != 0) return child_fail(fd, r, "SIOCSIFFLAGS lo");
-  close(s);
+  up = up && ioctl(s, SIOCSIFFLAGS, &ifr) == 0;
+  if (s >= 0) close(s);
+  if (!up) child_fail(fd, r, "set lo up");
+  return up;
+}
 
+/// In a network namespace of its own: resolves an address that has no route, then
+/// 127.0.0.1 on the same id.
+int child_unroutable(int fd) {
+  Report r;
+  if (!own_network_namespace(fd, r)) return 0;
   rdma_event_channel* ch = rdma_create_event_channel();
   rdma_cm_id* id = nullptr;
   if (!ch || rdma_create_id(ch, &id, nullptr, RDMA_PS_TCP) != 0)
@@ -198,6 +217,48 @@ int child_unroutable(int fd) {
   }
   r.ok = 1;
   write_all(fd, &r, sizeof r);
+  rdma_destroy_id(id);
+  rdma_destroy_event_channel(ch);
+  return 0;
+}
+
+/// In a network namespace of its own whose only local port is `port`, where nobody listens:
+/// a plain connect() to 127.0.0.1:port connects its socket to itself, and so does every
+/// connect() the CM makes for an rdma_connect there.
+int child_self_connect(int fd, uint16_t port) {
+  Report r;
+  if (!own_network_namespace(fd, r)) return 0;
+  const std::string range = std::to_string(port) + " " + std::to_string(port);
+  const int sysctl = open("/proc/sys/net/ipv4/ip_local_port_range", O_WRONLY | O_CLOEXEC);
+  const bool set = sysctl >= 0 &&
+                   write(sysctl, range.data(), range.size()) == static_cast<ssize_t>(range.size());
+  if (sysctl >= 0) close(sysctl);
+  if (!set) return child_fail(fd, r, "ip_local_port_range");
+  sockaddr_in dst = loopback(port);
+  const int plain = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (plain >= 0 && connect(plain, as_sockaddr(&dst), sizeof dst) == 0) {
+    sockaddr_in local{};
+    socklen_t len = sizeof local;
+    getsockname(plain, as_sockaddr(&local), &len);
+    r.plain_connect_to_itself = local.sin_port == dst.sin_port;
+  }
+  if (plain >= 0) {
+    const linger reset{1, 0};  // no TIME_WAIT holding the only port
+    setsockopt(plain, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+    close(plain);
+  }
+
+  rdma_event_channel* ch = rdma_create_event_channel();
+  if (!ch) return child_fail(fd, r, "create channel");
+  rdma_cm_id* id = nullptr;
+  if (const char* failed = child_id_to_connect(ch, port, r, &id)) return child_fail(fd, r, failed);
+  const auto start = Clock::now();
+  r.rc = rdma_connect(id, nullptr);
+  child_expect(ch, RDMA_CM_EVENT_REJECTED, r);
+  r.elapsed_ms = std::chrono::duration_cast<Millis>(Clock::now() - start).count();
+  r.ok = 1;
+  write_all(fd, &r, sizeof r);
+  rdma_destroy_qp(id);
   rdma_destroy_id(id);
   rdma_destroy_event_channel(ch);
   return 0;
@@ -575,6 +636,28 @@ TEST_F(CmFailure, UnroutableAddressIsAddrErrorAfterTheTimeout) {
   EXPECT_EQ(r.retry_event, RDMA_CM_EVENT_ADDR_RESOLVED) << "the id resolves again afterwards";
 }
 
+// A connect() to a port of this host where nobody listens can connect the socket to itself
+// (the kernel may pick that port as the source). The child's namespace has no other port to
+// pick, so each of the CM's attempts does: the connection is still refused as unlistened.
+TEST_F(CmFailure, AConnectionToItselfIsRefusedAsNobodyListens) {
+  constexpr uint16_t kOnlyPort = 40000;  // in the child's own namespace
+  ChildProcess child;
+  ASSERT_TRUE(child.Start("self_connect", kOnlyPort));
+  Report r;
+  ASSERT_TRUE(child.Receive(&r, Millis{12000})) << "no report";
+  EXPECT_EQ(child.Wait(), 0);
+  if (r.setup_err)
+    GTEST_SKIP() << "cannot make a network namespace: unshare(CLONE_NEWNET): "
+                 << std::strerror(r.setup_err);
+  ASSERT_EQ(r.ok, 1);
+  ASSERT_EQ(r.plain_connect_to_itself, 1) << "the premise: a plain connect() meets itself";
+  EXPECT_EQ(r.rc, 0) << "the refusal is an event, not the call's result";
+  ASSERT_EQ(r.event, RDMA_CM_EVENT_REJECTED)
+      << (r.event >= 0 ? rdma_event_str(static_cast<rdma_cm_event_type>(r.event)) : "none");
+  EXPECT_EQ(r.status, kRejectInvalidServiceId);
+  EXPECT_LT(r.elapsed_ms, 4000) << "refused only after the grace for a late listener (2 s)";
+}
+
 /// A listener with a channel and a CQ of its own, and a child started against it in `role`.
 class CmPeerDeath : public CmTest {
  protected:
@@ -925,12 +1008,8 @@ TEST_F(CmMisc, RsocketIsNotImplemented) {
 /// kernel announces a change, which the CM thread a listener starts watches for).
 int child_route_change(int fd, uint16_t port) {
   Report r;
-  if (unshare(CLONE_NEWNET) != 0) {
-    r.setup_err = errno;
-    write_all(fd, &r, sizeof r);
-    return 0;
-  }
-  if (std::system("ip link set lo up && ip route add 192.0.2.0/24 dev lo src 127.0.0.1") != 0)
+  if (!own_network_namespace(fd, r)) return 0;
+  if (std::system("ip route add 192.0.2.0/24 dev lo src 127.0.0.1") != 0)
     return child_fail(fd, r, "ip route add");
   rdma_event_channel* ch = rdma_create_event_channel();
   rdma_cm_id* listener = nullptr;
@@ -982,6 +1061,7 @@ int child_main(int argc, char** argv) {
   if (role == "two_clients") return child_client(fd, port, 2);
   if (role == "server") return child_server(fd, port);
   if (role == "unroutable") return child_unroutable(fd);
+  if (role == "self_connect") return child_self_connect(fd, port);
   if (role == "route_change") return child_route_change(fd, port);
   return 2;
 }

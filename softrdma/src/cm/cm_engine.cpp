@@ -18,6 +18,7 @@
 #include "common/background_thread.hpp"
 #include "common/current_pid.hpp"
 #include "common/log.hpp"
+#include "common/self_connect.hpp"
 #include "wire/socket_io.hpp"
 
 namespace softrdma::cm {
@@ -460,6 +461,11 @@ void link_broken(Engine& e, int fd) {
 void on_connect_done(Engine& e, int fd, int err) {
   Watch& w = e.watches.at(fd);
   w.connecting = false;
+  // Connected to itself: nobody listened there, as if refused (each retry binds anew).
+  if (err == 0 && connected_to_itself(fd)) {
+    reset_on_close(fd);
+    err = ECONNREFUSED;
+  }
   if (err == 0) {
     socklen_t len = sizeof w.local;
     getsockname(fd, reinterpret_cast<sockaddr*>(&w.local), &len);

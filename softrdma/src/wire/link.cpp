@@ -15,6 +15,7 @@
 #include "common/background_thread.hpp"
 #include "common/current_pid.hpp"
 #include "common/log.hpp"
+#include "common/self_connect.hpp"
 #include "engine/memory_access.hpp"
 #include "wire/arrivals.hpp"
 #include "wire/socket_io.hpp"
@@ -39,6 +40,10 @@ int connect_to(uint32_t ipv4_be, uint16_t port) {
     if (poll(&p, 1, kConnectTimeoutMs) == 1 &&
         getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0)
       rc = 0;
+  }
+  if (rc == 0 && connected_to_itself(fd)) {  // a peer gone from this host: nobody there
+    reset_on_close(fd);
+    rc = -1;
   }
   if (rc != 0) {
     close(fd);
