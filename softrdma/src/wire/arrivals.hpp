@@ -40,8 +40,9 @@ inline std::atomic<size_t> watched_for_polls{0};
 
 inline constexpr unsigned kLookEvery = 8;
 static_assert((kLookEvery & (kLookEvery - 1)) == 0, "counted by masking");
-/// The polls this thread has made, counted to pick every kLookEvery-th.
-inline thread_local unsigned t_polls = 0;
+/// The polls this thread has made, counted to pick every kLookEvery-th. Initial-exec: a
+/// thread_local of a shared library otherwise costs a __tls_get_addr call per poll.
+[[gnu::tls_model("initial-exec")]] inline thread_local unsigned t_polls = 0;
 
 Arrivals arrivals_now(size_t watched);
 /// What to read of the process's sockets, without waiting, on every kLookEvery-th poll of
