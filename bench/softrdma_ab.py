@@ -30,6 +30,8 @@ TESTS = {
     "write_lat": ("ib_write_lat", ["-s", "8", "-n", "5000"], 1),
     "send_lat": ("ib_send_lat", ["-s", "8", "-n", "5000"], 1),
     "read_lat": ("ib_read_lat", ["-s", "8", "-n", "5000"], 1),
+    "read_bw": ("ib_read_bw", ["-s", "65536", "-n", "5000"], 1),
+    "atomic_lat": ("ib_atomic_lat", ["-n", "5000"], 1),
 }
 __doc__ %= ", ".join(TESTS)
 

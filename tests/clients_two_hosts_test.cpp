@@ -148,10 +148,12 @@ class HeldAcksTwoHosts : public ::testing::Test {
 // with its own: the ACK of each WRITE rides back in the answering WRITE instead of travelling
 // alone, which saves a message and, on the requester's side, a thread's wake-up per round
 // trip. Some go alone all the same when the answer is late (a side that was not scheduled
-// for a while on a loaded machine), but most ride.
+// for a while on a loaded machine), but most ride: of 2000, 1750-1990 on this machine when
+// idle, and as few as 900 with a busy loop on one of its two cores (as the suite's other
+// tests may be).
 TEST_F(HeldAcksTwoHosts, AWritePingPongCarriesItsAcknowledgementsBack) {
   for (const Side& side : run("ib_write_lat -n 2000")) {
-    EXPECT_GE(side.totals.carried, 1000) << side.output;
+    EXPECT_GE(side.totals.carried, 500) << side.output;
     EXPECT_GE(side.totals.sent, 0) << side.output;
     EXPECT_LT(side.totals.sent, side.totals.carried) << side.output;
   }

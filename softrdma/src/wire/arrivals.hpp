@@ -44,6 +44,11 @@ static_assert((kLookEvery & (kLookEvery - 1)) == 0, "counted by masking");
 /// thread_local of a shared library otherwise costs a __tls_get_addr call per poll.
 [[gnu::tls_model("initial-exec")]] inline thread_local unsigned t_polls = 0;
 
+/// Looks applications' polls have made at the sockets (of this process): a background thread
+/// that sees it move knows they are polling and will take what arrives. Counted without a
+/// locked instruction; a count lost to a race between two polling threads does not matter.
+inline std::atomic<uint64_t> looks_by_polls{0};
+
 Arrivals arrivals_now(size_t watched);
 /// What to read of the process's sockets, without waiting, on every kLookEvery-th poll of
 /// this thread (nothing on the others); nothing, without a system call, in a process that
@@ -53,6 +58,8 @@ inline Arrivals arrivals() {
   const size_t watched = watched_for_polls.load(std::memory_order_relaxed);
   if (watched == 0) return {};
   if ((t_polls++ & (kLookEvery - 1)) != 0) return {};
+  looks_by_polls.store(looks_by_polls.load(std::memory_order_relaxed) + 1,
+                       std::memory_order_relaxed);
   return arrivals_now(watched);
 }
 

@@ -233,6 +233,7 @@ void InboundConnection::execute(const Request& h, const char* payload) {
   append(output_, &resp, sizeof resp);
   append(output_, result_.data(), result_len);
   sendable_end_ = output_.size();
+  if (result_len) ++data_answers_;
 }
 
 void InboundConnection::settle_held(HeldAcks::Clock::time_point now, bool all) {

@@ -58,6 +58,8 @@ class InboundConnection {
   bool wants_read() const { return output_.size() - written_ < kMaxPendingOutput; }
   /// Bytes read from the socket so far.
   uint64_t received() const { return received_; }
+  /// READs and atomics answered with their data so far: their requesters wait for it.
+  uint64_t data_answers() const { return data_answers_; }
   /// The peer has sent at least one well-formed request.
   bool authenticated() const { return authenticated_; }
   Clock::time_point accepted_at() const { return accepted_at_; }
@@ -79,6 +81,7 @@ class InboundConnection {
   size_t consumed_ = 0;
   size_t filled_ = 0;
   uint64_t received_ = 0;
+  uint64_t data_answers_ = 0;
   // Bytes copied into input_ by a peek and still in the socket. Taking bytes that empty the
   // socket makes the kernel send an acknowledgement at once (the connection carries nothing
   // back for it to ride on), inside that call: on a polling application's path from a
