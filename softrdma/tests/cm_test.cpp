@@ -85,6 +85,21 @@ class ChildProcess : public ReapedChild {
   int in_ = -1;
 };
 
+/// Runs a child in `role` to the end, its report in `r`. Use as
+/// ASSERT_NO_FATAL_FAILURE(RunChild(...)).
+void RunChild(const char* role, uint16_t port, Millis timeout, Report& r) {
+  ChildProcess child;
+  ASSERT_TRUE(child.Start(role, port));
+  ASSERT_TRUE(child.Receive(&r, timeout)) << "no report";
+  EXPECT_EQ(child.Wait(), 0);
+}
+
+/// Why a child that needs a network namespace of its own could not have one.
+std::string no_namespace(const Report& r) {
+  return std::string("cannot make a network namespace: unshare(CLONE_NEWNET): ") +
+         std::strerror(r.setup_err);
+}
+
 int child_fail(int fd, Report r, const char* what) {
   std::fprintf(stderr, "cm child: %s (errno %d: %s)\n", what, errno, std::strerror(errno));
   r.ok = 0;
@@ -618,14 +633,9 @@ TEST_F(CmDisconnect, DestroyingAConnectedIdDisconnectsThePeer) {
 // 3 and 6: children.
 
 TEST_F(CmFailure, UnroutableAddressIsAddrErrorAfterTheTimeout) {
-  ChildProcess child;
-  ASSERT_TRUE(child.Start("unroutable", 0));
   Report r;
-  ASSERT_TRUE(child.Receive(&r, Millis{kUnroutableTimeoutMs + 8000})) << "no report";
-  EXPECT_EQ(child.Wait(), 0);
-  if (r.setup_err)
-    GTEST_SKIP() << "cannot make a network namespace: unshare(CLONE_NEWNET): "
-                 << std::strerror(r.setup_err);
+  ASSERT_NO_FATAL_FAILURE(RunChild("unroutable", 0, Millis{kUnroutableTimeoutMs + 8000}, r));
+  if (r.setup_err) GTEST_SKIP() << no_namespace(r);
   ASSERT_EQ(r.ok, 1);
   EXPECT_EQ(r.rc, 0) << "the failure is an event, not the call's result";
   ASSERT_EQ(r.event, RDMA_CM_EVENT_ADDR_ERROR)
@@ -641,14 +651,9 @@ TEST_F(CmFailure, UnroutableAddressIsAddrErrorAfterTheTimeout) {
 // pick, so each of the CM's attempts does: the connection is still refused as unlistened.
 TEST_F(CmFailure, AConnectionToItselfIsRefusedAsNobodyListens) {
   constexpr uint16_t kOnlyPort = 40000;  // in the child's own namespace
-  ChildProcess child;
-  ASSERT_TRUE(child.Start("self_connect", kOnlyPort));
   Report r;
-  ASSERT_TRUE(child.Receive(&r, Millis{12000})) << "no report";
-  EXPECT_EQ(child.Wait(), 0);
-  if (r.setup_err)
-    GTEST_SKIP() << "cannot make a network namespace: unshare(CLONE_NEWNET): "
-                 << std::strerror(r.setup_err);
+  ASSERT_NO_FATAL_FAILURE(RunChild("self_connect", kOnlyPort, Millis{12000}, r));
+  if (r.setup_err) GTEST_SKIP() << no_namespace(r);
   ASSERT_EQ(r.ok, 1);
   ASSERT_EQ(r.plain_connect_to_itself, 1) << "the premise: a plain connect() meets itself";
   EXPECT_EQ(r.rc, 0) << "the refusal is an event, not the call's result";
@@ -914,14 +919,9 @@ TEST_F(CmMisc, EachResolveFindsTheSourceThatReachesItsDestination) {
 }
 
 TEST_F(CmMisc, AResolveAfterARouteChangeFindsTheNewSource) {
-  ChildProcess child;
-  ASSERT_TRUE(child.Start("route_change", free_port()));
   Report r;
-  ASSERT_TRUE(child.Receive(&r, Millis{8000})) << "no report";
-  EXPECT_EQ(child.Wait(), 0);
-  if (r.setup_err)
-    GTEST_SKIP() << "cannot make a network namespace: unshare(CLONE_NEWNET): "
-                 << std::strerror(r.setup_err);
+  ASSERT_NO_FATAL_FAILURE(RunChild("route_change", free_port(), Millis{8000}, r));
+  if (r.setup_err) GTEST_SKIP() << no_namespace(r);
   ASSERT_EQ(r.ok, 1);
   EXPECT_EQ(r.sources[0], inet_addr("127.0.0.1"));
   EXPECT_EQ(r.sources[1], inet_addr("10.7.7.7")) << "the route's new source was not found";
