@@ -11,11 +11,9 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <numeric>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,6 +21,7 @@
 #include "engine/registry.hpp"
 #include "engine/transmit.hpp"
 #include "support/subprocess.hpp"
+#include "support/thread_usage.hpp"
 #include "verbs_fixture.hpp"
 #include "wire/protocol.hpp"
 
@@ -30,6 +29,8 @@ namespace softrdma_test {
 namespace {
 
 namespace wire = softrdma::wire;
+using rdmakit::testing::ThreadUsage;
+using rdmakit::testing::usage_of_threads;
 
 // One port for this test program: softrdma reads SOFTRDMA_PORT once, at first use.
 const int kPort = [] {
@@ -1022,34 +1023,6 @@ TEST_F(TcpPathTest, RequestsAPollLeavesInTheSocketRunOnceEachInOrder) {
   close(s);
 }
 
-// What /proc says of this process's thread named `name`: voluntary context switches (each
-// a sleep it woke from) and CPU time in clock ticks. Nothing if there is no such thread.
-struct ThreadUsage {
-  long wakeups = 0;
-  long cpu_ticks = 0;
-};
-std::optional<ThreadUsage> usage_of_thread(const std::string& name) {
-  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
-    std::ifstream comm(task.path() / "comm");
-    std::string line;
-    if (!std::getline(comm, line) || line != name) continue;
-    ThreadUsage u;
-    std::ifstream status(task.path() / "status");
-    while (std::getline(status, line))
-      if (line.rfind("voluntary_ctxt_switches:", 0) == 0) u.wakeups = std::stol(line.substr(24));
-    std::ifstream stat(task.path() / "stat");
-    std::getline(stat, line);
-    // The fields after the name (which ends with the last ')'): utime and stime are the
-    // 12th and 13th of them.
-    std::istringstream fields(line.substr(line.rfind(')') + 2));
-    std::string field;
-    for (int i = 1; i <= 13 && fields >> field; ++i)
-      if (i >= 12) u.cpu_ticks += std::stol(field);
-    return u;
-  }
-  return std::nullopt;
-}
-
 // A target that does not poll: its serving thread answers READs and atomics. Having answered
 // one, it looks for the next request a little while before it sleeps, so a requester that
 // asks again at once finds it awake (across hosts here, ib_read_lat 26 -> 8 µs): most of a
@@ -1060,7 +1033,7 @@ TEST_F(TcpPathTest, AServingThreadThatAnsweredAReadLooksForTheNextBeforeItSleeps
   const int s = connect_to(own_port());
   ASSERT_GE(s, 0);
   ASSERT_EQ(write_over_tcp(s, target, 0, 'r', 0).reply, wire::Reply::kDone);
-  const std::optional<ThreadUsage> before = usage_of_thread("softrdma-serve");
+  const std::optional<ThreadUsage> before = usage_of_threads("softrdma-serve");
   ASSERT_TRUE(before) << "no serving thread";
   constexpr uint32_t kReads = 2000;
   for (uint32_t psn = 1; psn <= kReads; ++psn) {
@@ -1071,14 +1044,14 @@ TEST_F(TcpPathTest, AServingThreadThatAnsweredAReadLooksForTheNextBeforeItSleeps
         << "request " << psn;
     ASSERT_EQ(data.size(), 8u);
   }
-  const std::optional<ThreadUsage> after = usage_of_thread("softrdma-serve");
+  const std::optional<ThreadUsage> after = usage_of_threads("softrdma-serve");
   ASSERT_TRUE(after);
   // Without the look, one wake-up per request (measured: 1950).
   EXPECT_LT(after->wakeups - before->wakeups, kReads / 4) << "the serving thread slept between";
   std::this_thread::sleep_for(Millis{50});
-  const std::optional<ThreadUsage> quiet = usage_of_thread("softrdma-serve");
+  const std::optional<ThreadUsage> quiet = usage_of_threads("softrdma-serve");
   std::this_thread::sleep_for(Millis{300});
-  const std::optional<ThreadUsage> later = usage_of_thread("softrdma-serve");
+  const std::optional<ThreadUsage> later = usage_of_threads("softrdma-serve");
   ASSERT_TRUE(quiet && later);
   EXPECT_LE(later->cpu_ticks - quiet->cpu_ticks, 3) << "the serving thread spins without traffic";
   close(s);

@@ -11,7 +11,6 @@
 // Usage: wait_modes_check server PORT | client HOST PORT
 // Exit status 0 when every message arrived in time with its value.
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <poll.h>
 #include <unistd.h>
 
@@ -20,11 +19,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <string>
-#include <string_view>
 
 #include "rc_peer/rc_peer.hpp"
+#include "support/thread_usage.hpp"
 
 namespace {
 
@@ -59,22 +57,9 @@ constexpr int kReceives = 8;
 
 // Voluntary context switches so far of this process's softrdma threads.
 uint64_t library_thread_wakeups() {
-  uint64_t total = 0;
-  DIR* tasks = opendir("/proc/self/task");
-  if (!tasks) die("/proc/self/task");
-  while (dirent* task = readdir(tasks)) {
-    if (task->d_name[0] == '.') continue;
-    const std::string dir = std::string("/proc/self/task/") + task->d_name;
-    std::string comm;
-    std::getline(std::ifstream(dir + "/comm"), comm);
-    if (comm.rfind("softrdma-", 0) != 0) continue;
-    constexpr std::string_view kKey = "voluntary_ctxt_switches:";
-    std::ifstream status(dir + "/status");
-    for (std::string line; std::getline(status, line);)
-      if (line.rfind(kKey, 0) == 0) total += std::strtoull(line.c_str() + kKey.size(), nullptr, 10);
-  }
-  closedir(tasks);
-  return total;
+  return rdmakit::testing::usage_of_threads("softrdma-")
+      .value_or(rdmakit::testing::ThreadUsage{})
+      .wakeups;
 }
 
 class Side {
