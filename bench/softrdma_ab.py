@@ -24,11 +24,15 @@ from benchlib import ROOT, Hosts, perftest  # noqa: E402
 # the rate in each direction)
 TESTS = {
     "write_bw": ("ib_write_bw", ["-s", "65536", "-n", "5000"], 1),
+    "write_bw_1MiB": ("ib_write_bw", ["-s", "1048576", "-n", "1500"], 1),
+    "send_bw_1MiB": ("ib_send_bw", ["-s", "1048576", "-n", "1500"], 1),
     "write_bw_both_ways": ("ib_write_bw", ["-s", "65536", "-n", "5000", "-b"], 2),
     "send_bw": ("ib_send_bw", ["-s", "65536", "-n", "5000"], 1),
     "send_bw_both_ways": ("ib_send_bw", ["-s", "65536", "-n", "5000", "-b"], 2),
     "write_lat": ("ib_write_lat", ["-s", "8", "-n", "5000"], 1),
     "send_lat": ("ib_send_lat", ["-s", "8", "-n", "5000"], 1),
+    "write_lat_64KiB": ("ib_write_lat", ["-s", "65536", "-n", "3000"], 1),
+    "send_lat_64KiB": ("ib_send_lat", ["-s", "65536", "-n", "3000"], 1),
     "read_lat": ("ib_read_lat", ["-s", "8", "-n", "5000"], 1),
     "read_bw": ("ib_read_bw", ["-s", "65536", "-n", "5000"], 1),
     "atomic_lat": ("ib_atomic_lat", ["-n", "5000"], 1),

@@ -1111,6 +1111,141 @@ TEST_F(TcpPathTest, ReadsBeyondTheOutputLimitAreAllAnsweredInOrder) {
   close(s);
 }
 
+// How a large request's bytes reach the responder: header and payload at once, the header
+// and a moment later the payload, or the payload in pieces with pauses between them.
+enum class Arrival { kAtOnce, kHeaderFirst, kInPieces };
+
+const char* to_string(Arrival a) {
+  switch (a) {
+    case Arrival::kAtOnce:
+      return "AtOnce";
+    case Arrival::kHeaderFirst:
+      return "HeaderFirst";
+    case Arrival::kInPieces:
+      return "InPieces";
+  }
+  return "Unknown";
+}
+void PrintTo(Arrival a, std::ostream* os) {
+  *os << to_string(a);
+}
+std::string arrival_name(const ::testing::TestParamInfo<Arrival>& info) {
+  return to_string(info.param);
+}
+
+// Bytes that differ from their neighbours, so that one out of place shows.
+std::vector<char> pattern(size_t n, unsigned seed) {
+  std::vector<char> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<char>((i * 7 + seed) % 251);
+  return v;
+}
+
+class LargePayloadArrival : public TcpPathTest, public ::testing::WithParamInterface<Arrival> {
+ protected:
+  // Longer than the responder's first read (64 KiB), and odd: the ordered tail of a copy
+  // splits unevenly.
+  static constexpr size_t kLength = (size_t{200} << 10) + 3;
+  static constexpr size_t kGuard = 4096;  // bytes beside the destination, which stay as they were
+
+  // Request `psn` of p_.a's stream to p_.b: `opcode` with `payload` (to `addr` of key
+  // `rkey` for a WRITE), its bytes sent as GetParam() says. Returns the answer.
+  wire::Response send_large(int s, ibv_wr_opcode opcode, uint64_t addr, uint32_t rkey, uint32_t psn,
+                            const std::vector<char>& payload) {
+    wire::Request h = valid_request(p_.b->qp_num);
+    h.opcode = opcode;
+    h.src_qpn = p_.a->qp_num;
+    h.psn = psn;
+    h.rkey = rkey;
+    h.remote_addr = addr;
+    h.length = h.payload_len = payload.size();
+    std::vector<char> bytes(sizeof h + payload.size());
+    std::memcpy(bytes.data(), &h, sizeof h);
+    std::memcpy(bytes.data() + sizeof h, payload.data(), payload.size());
+    // Where each piece ends.
+    std::vector<size_t> ends;
+    if (GetParam() == Arrival::kAtOnce) ends = {bytes.size()};
+    if (GetParam() == Arrival::kHeaderFirst) ends = {sizeof h, bytes.size()};
+    if (GetParam() == Arrival::kInPieces)
+      ends = {sizeof h + 1000, sizeof h + 70000, sizeof h + 70001, bytes.size()};
+    size_t from = 0;
+    for (const size_t end : ends) {
+      EXPECT_EQ(send(s, bytes.data() + from, end - from, 0), static_cast<ssize_t>(end - from));
+      from = end;
+      if (end != bytes.size())
+        std::this_thread::sleep_for(Millis{20});  // the responder reads meanwhile
+    }
+    wire::Response r{};
+    EXPECT_TRUE(read_all(s, &r, sizeof r, kTimeout));
+    return r;
+  }
+};
+
+// A large payload is read straight into its destination once it waits whole in the socket
+// (InboundConnection::land_waiting_payload), or through the read buffer while it still
+// arrives: either way every byte lands where it belongs and nothing beside it changes.
+TEST_P(LargePayloadArrival, WritesAndSendsLandWholeAndNothingBeside) {
+  ASSERT_NO_FATAL_FAILURE(ConnectPair());
+  const int s = connect_to(own_port());
+  ASSERT_GE(s, 0);
+  Buffer region = NewBuffer(kLength + 2 * kGuard, kRemoteAccess, 0xee);
+  const std::vector<char> written = pattern(kLength, 1);
+  const wire::Response w =
+      send_large(s, IBV_WR_RDMA_WRITE, region.addr(kGuard), region.rkey(), 0, written);
+  EXPECT_EQ(w.reply, wire::Reply::kDone);
+  EXPECT_EQ(w.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(std::memcmp(region.data() + kGuard, written.data(), kLength), 0);
+  EXPECT_TRUE(region.all(0xee, 0, kGuard));
+  EXPECT_TRUE(region.all(0xee, kGuard + kLength, kGuard));
+
+  Buffer received = NewBuffer(kLength + kGuard, kRemoteAccess, 0xee);
+  ASSERT_EQ(post_recv(p_.b, 7, {received.sge()}), 0);
+  const std::vector<char> sent = pattern(kLength, 2);
+  const wire::Response r = send_large(s, IBV_WR_SEND, 0, 0, 1, sent);
+  EXPECT_EQ(r.reply, wire::Reply::kDone);
+  EXPECT_EQ(r.status, IBV_WC_SUCCESS);
+  const ibv_wc wc = poll_one(p_.cq_b);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc.wr_id, 7u);
+  EXPECT_EQ(wc.byte_len, kLength);
+  EXPECT_EQ(std::memcmp(received.data(), sent.data(), kLength), 0);
+  EXPECT_TRUE(received.all(0xee, kLength, kGuard));
+  close(s);
+}
+
+// A large request the responder does not carry out leaves its payload unread in the
+// socket: it is dropped there, and the next request is read from its first byte. A SEND
+// with no receive posted is answered RNR; a WRITE to a key that is not registered is
+// answered with an access error and writes nothing.
+TEST_P(LargePayloadArrival, OneNotCarriedOutLeavesTheStreamInStep) {
+  ASSERT_NO_FATAL_FAILURE(ConnectPair());
+  const int s = connect_to(own_port());
+  ASSERT_GE(s, 0);
+  Buffer region = NewBuffer(kLength, kRemoteAccess, 0xee);
+  const wire::Response rnr = send_large(s, IBV_WR_SEND, 0, 0, 0, pattern(kLength, 3));
+  EXPECT_EQ(rnr.reply, wire::Reply::kRnr);
+  const std::vector<char> written = pattern(kLength, 4);
+  const wire::Response w =
+      send_large(s, IBV_WR_RDMA_WRITE, region.addr(), region.rkey(), 0, written);
+  EXPECT_EQ(w.reply, wire::Reply::kDone);
+  EXPECT_EQ(w.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(std::memcmp(region.data(), written.data(), kLength), 0);
+
+  Buffer unregistered = NewBuffer(kLength, kRemoteAccess, 0xee);
+  const uint32_t rkey = unregistered.rkey();
+  unregistered.mr.reset();  // deregistered: its key names nothing now
+  const wire::Response denied =
+      send_large(s, IBV_WR_RDMA_WRITE, unregistered.addr(), rkey, 1, pattern(kLength, 5));
+  EXPECT_EQ(denied.reply, wire::Reply::kDone);
+  EXPECT_EQ(denied.status, IBV_WC_REM_ACCESS_ERR);
+  EXPECT_TRUE(unregistered.all(0xee)) << "a WRITE that was denied wrote";
+  close(s);
+}
+
+INSTANTIATE_TEST_SUITE_P(Arrivals, LargePayloadArrival,
+                         ::testing::Values(Arrival::kAtOnce, Arrival::kHeaderFirst,
+                                           Arrival::kInPieces),
+                         arrival_name);
+
 // Anyone who can reach the port can open connections: 5000 idle ones cost the process no
 // thread each (one thread serves every connection), the oldest beyond the limit of silent
 // connections are closed, and requests still get through.

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <vector>
+
 #include "common/mapping_check.hpp"
 #include "engine/ordered_copy.hpp"
 #include "engine/shared_pages.hpp"
@@ -189,6 +191,41 @@ int copy_into(const PinnedRanges& dst, const ProcessId& owner, const iovec* src,
     return 0;
   }
   return vm_write(owner.pid, src, count, dst.iov(), dst.count());
+}
+
+int copy_into(const PinnedRanges& dst, const ProcessId& owner, const iovec* src, int count,
+              PayloadTail* tail) {
+  if (!tail || tail->remaining() == 0) return copy_into(dst, owner, src, count);
+  if (!dst.all_mapped()) {
+    // process_vm_writev takes its bytes from memory of this process.
+    std::vector<char> rest(tail->remaining());
+    iovec all[kMaxSge + 2];
+    if (count > kMaxSge + 1) return EINVAL;
+    std::copy(src, src + count, all);
+    all[count] = {rest.data(), rest.size()};
+    if (!tail->read(&all[count], 1)) return EFAULT;
+    return vm_write(owner.pid, all, count + 1, dst.iov(), dst.count());
+  }
+  copy_local(dst.mapped(), dst.count(), src, count);
+  // The ranges after the bytes `src` filled, as far as the tail reaches.
+  size_t skip = 0;
+  for (int i = 0; i < count; ++i) skip += src[i].iov_len;
+  size_t want = tail->remaining();
+  iovec rest[kMaxSge];
+  int n = 0;
+  for (int i = 0; i < dst.count() && want > 0; ++i) {
+    const iovec& d = dst.mapped()[i];
+    if (skip >= d.iov_len) {
+      skip -= d.iov_len;
+      continue;
+    }
+    const size_t len = std::min(d.iov_len - skip, want);
+    rest[n++] = {static_cast<char*>(d.iov_base) + skip, len};
+    want -= len;
+    skip = 0;
+  }
+  iovec ordered[kMaxSge + 1];
+  return tail->read(ordered, split_ordered_tail(rest, n, ordered)) ? 0 : EFAULT;
 }
 
 int copy_out_of(const PinnedRanges& src, const ProcessId& owner, const iovec* dst, int count) {

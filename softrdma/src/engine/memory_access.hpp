@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "common/process_identity.hpp"
+#include "engine/payload_tail.hpp"
 #include "engine/registry.hpp"
 
 namespace softrdma {
@@ -79,6 +80,11 @@ bool pin_sge_list(PinnedRanges& out, const ibv_sge* sge, int num_sge, const Proc
 /// Copies `src` (this process) into the pinned ranges of `owner`: plain copies when they
 /// are mapped here, else process_vm_writev. 0 or an errno (ESRCH: owner gone).
 int copy_into(const PinnedRanges& dst, const ProcessId& owner, const iovec* src, int count);
+/// As copy_into, for a payload whose rest (after `src`) is still in its connection: `tail`
+/// is read straight into the pinned ranges when they are mapped here. EFAULT if the tail
+/// could not be read; then what it still holds is the caller's to drop.
+int copy_into(const PinnedRanges& dst, const ProcessId& owner, const iovec* src, int count,
+              PayloadTail* tail);
 /// Copies the pinned ranges of `owner` into `dst` (this process).
 int copy_out_of(const PinnedRanges& src, const ProcessId& owner, const iovec* dst, int count);
 

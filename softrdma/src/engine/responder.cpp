@@ -150,7 +150,7 @@ ResponderReply deliver_to_receive(TargetQp& t, const Landing& m, const InboundRe
 
   int err = 0;
   if (write_imm) {
-    if (r.length) err = copy_into(remote, m.owner(), r.local, r.local_count);
+    if (r.length) err = copy_into(remote, m.owner(), r.local, r.local_count, r.tail);
   } else {
     iovec src[kMaxSge + 1];
     uint8_t grh[40];
@@ -160,7 +160,7 @@ ResponderReply deliver_to_receive(TargetQp& t, const Landing& m, const InboundRe
       src[n++] = iovec{grh, sizeof grh};
     }
     for (int i = 0; i < r.local_count && n <= kMaxSge; ++i) src[n++] = r.local[i];
-    err = copy_into(dest, m.owner(), src, n);
+    err = copy_into(dest, m.owner(), src, n, r.tail);
   }
   if (err == ESRCH) return no_answer();  // the target process is gone
   if (err) {
@@ -198,7 +198,7 @@ ResponderReply rdma_write(TargetQp& t, const Landing& m, const InboundRequest& r
   PinnedRanges remote;
   ResponderReply a = check_remote_access(t, m, r, IBV_ACCESS_REMOTE_WRITE, remote);
   if (a.status != IBV_WC_SUCCESS) return a;
-  int err = copy_into(remote, m.owner(), r.local, r.local_count);
+  int err = copy_into(remote, m.owner(), r.local, r.local_count, r.tail);
   if (err == ESRCH) return no_answer();
   return err ? responder_error(t, IBV_WC_REM_ACCESS_ERR, IBV_EVENT_QP_ACCESS_ERR)
              : done(IBV_WC_SUCCESS);

@@ -12,6 +12,7 @@
 
 #include "common/process_identity.hpp"
 #include "engine/arena.hpp"
+#include "engine/payload_tail.hpp"
 #include "engine/registry.hpp"
 #include "engine/shared_layout.hpp"
 
@@ -55,6 +56,8 @@ struct InboundRequest {
   // process running the responder.
   const iovec* local = nullptr;
   int local_count = 0;
+  // The payload's rest, after `local`, when it is still in the connection (SEND, WRITE).
+  PayloadTail* tail = nullptr;
   uint64_t length = 0;
 };
 

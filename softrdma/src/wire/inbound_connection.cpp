@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 
@@ -12,6 +13,7 @@
 #include "engine/transmit.hpp"
 #include "wire/protocol.hpp"
 #include "wire/socket_io.hpp"
+#include "wire/socket_tail.hpp"
 
 namespace softrdma::wire {
 namespace {
@@ -35,6 +37,10 @@ static_assert(kReadChunk <= kLargeRead);
 // peek reads at most this much.
 constexpr size_t kShortRead = size_t{4} << 10;
 static_assert(kShortRead <= kReadChunk);
+// A payload at least this long is read straight into its destination once it waits whole
+// in the socket (land_waiting_payload); shorter ones come with their header in one read.
+constexpr size_t kLandAtLeast = size_t{16} << 10;
+static_assert(kLandAtLeast > kShortRead);
 // Reads per readiness event, so one busy peer does not starve the others.
 constexpr int kReadsPerEvent = 16;
 // Answers are handed to the socket once this many wait, so the first ones travel while
@@ -73,6 +79,22 @@ void append(std::vector<char>& out, const void* bytes, size_t n) {
   out.insert(out.end(), p, p + n);
 }
 
+// The payloads a NIC would place as they arrive: a SEND's or a WRITE's.
+bool lands_in_place(const Request& h) {
+  switch (h.opcode) {
+    case IBV_WR_SEND:
+    case IBV_WR_SEND_WITH_IMM:
+    case IBV_WR_SEND_WITH_INV:
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+      return h.payload_len >= kLandAtLeast;
+    default:
+      return false;
+  }
+}
+
+std::atomic<uint64_t> large_total{0};
+std::atomic<uint64_t> landed_total{0};
 }  // namespace
 
 InboundRequest to_inbound(const Request& h, const iovec* local, int count) {
@@ -106,23 +128,64 @@ InboundConnection::~InboundConnection() {
   close(fd_);
 }
 
+InboundConnection::LandingTotals InboundConnection::landing_totals() {
+  const uint64_t landed = landed_total.load(std::memory_order_relaxed);
+  return {landed, landed + large_total.load(std::memory_order_relaxed)};
+}
+
 bool InboundConnection::consume_peeked() {
-  // MSG_TRUNC: TCP discards the bytes without copying them anywhere, but the sanitizers'
-  // recv takes the buffer as written: give them one of the length asked.
-  char discarded[kShortRead];
-  while (peeked_ > 0) {
-    const ssize_t r = recv(fd_, discarded, peeked_, MSG_TRUNC | MSG_DONTWAIT);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;  // they were there: the connection failed
-    peeked_ -= static_cast<size_t>(r);
+  const size_t n = peeked_;
+  peeked_ = 0;
+  took_from_socket(n);
+  return drop_bytes(fd_, n);
+}
+
+bool InboundConnection::land_waiting_payload(bool& landed) {
+  landed = false;
+  const size_t have = filled_ - consumed_;
+  if (have < sizeof(Request)) return true;
+  Request h;
+  std::memcpy(&h, input_.data() + consumed_, sizeof h);
+  if (!valid(h) || !lands_in_place(h)) return true;
+  const size_t buffered = have - sizeof h;
+  if (buffered >= h.payload_len) return true;  // all read already
+  const size_t rest = h.payload_len - buffered;
+  // The kernel is asked only when what is known to wait does not cover the payload, and
+  // not again before more was read (a poll that finds nothing asks nothing).
+  if (known_waiting_ < rest) {
+    if (received_ == asked_at_) return true;
+    asked_at_ = received_;
+    known_waiting_ = bytes_waiting(fd_);
+    if (known_waiting_ < rest) return true;  // read on into the buffer meanwhile
   }
-  return true;
+  landed_total.fetch_add(1, std::memory_order_relaxed);
+  Request next;
+  SocketTail tail(fd_, rest, reinterpret_cast<char*>(&next), sizeof next);
+  execute(h, input_.data() + consumed_ + sizeof h, buffered, &tail);
+  // A request not carried out (RNR, out of sequence, an error) leaves its payload unread.
+  if (!tail.drop_rest()) return false;
+  took_from_socket(rest + tail.after_read());
+  received_ += rest + tail.after_read();
+  // What came after the payload is the start of the next request.
+  if (input_.size() < sizeof next) input_.resize(kReadChunk);
+  std::memcpy(input_.data(), &next, tail.after_read());
+  consumed_ = 0;
+  filled_ = tail.after_read();
+  authenticated_ = true;
+  last_read_short_ = false;  // a stream's
+  landed = true;
+  return output_.size() - written_ < kEagerFlush || flush();
 }
 
 bool InboundConnection::on_readable(bool answer_now, bool consume_later) {
   for (int reads = 0; reads < kReadsPerEvent && wants_read(); ++reads) {
     // A peek sees the socket from its first byte: what an earlier one copied goes first.
     if (!consume_peeked()) return false;
+    // Only the loop's thread: an application's poll is on a ping-pong's path, where a payload
+    // is still arriving when its header is read, and waiting for all of it costs time.
+    bool landed = false;
+    if (!consume_later && !land_waiting_payload(landed)) return false;
+    if (landed) continue;
     // Room for more of a large message at once, else a chunk; the buffer grows only with
     // bytes that arrive, whatever length a header claims.
     size_t want = kReadChunk;
@@ -145,6 +208,7 @@ bool InboundConnection::on_readable(bool answer_now, bool consume_later) {
     }
     filled_ += static_cast<size_t>(r);
     received_ += static_cast<uint64_t>(r);
+    if (!peek) took_from_socket(static_cast<size_t>(r));
     if (peek) peeked_ = static_cast<size_t>(r);
     last_read_short_ = static_cast<size_t>(r) < kShortRead;
     if (!execute_complete()) return false;
@@ -172,7 +236,8 @@ bool InboundConnection::execute_complete() {
       return false;
     }
     if (filled_ - consumed_ < sizeof h + h.payload_len) break;
-    execute(h, input_.data() + consumed_ + sizeof h);
+    if (lands_in_place(h)) large_total.fetch_add(1, std::memory_order_relaxed);
+    execute(h, input_.data() + consumed_ + sizeof h, h.payload_len);
     consumed_ += sizeof h + h.payload_len;
     authenticated_ = true;
     if (output_.size() - written_ >= kEagerFlush && !flush()) return false;
@@ -186,7 +251,8 @@ bool InboundConnection::execute_complete() {
   return true;
 }
 
-void InboundConnection::execute(const Request& h, const char* payload) {
+void InboundConnection::execute(const Request& h, const char* payload, size_t buffered,
+                                PayloadTail* tail) {
   Response resp{};
   resp.magic = kMagic;
   resp.kind = Kind::kResponse;
@@ -199,13 +265,14 @@ void InboundConnection::execute(const Request& h, const char* payload) {
   iovec local{};
   uint64_t result_len = 0;
   if (carries_payload(h.opcode)) {
-    local = iovec{const_cast<char*>(payload), h.payload_len};
+    local = iovec{const_cast<char*>(payload), buffered};
   } else {
     result_len = h.opcode == IBV_WR_RDMA_READ ? h.length : sizeof(uint64_t);
     result_.resize(result_len);
     local = iovec{result_.data(), result_.size()};
   }
-  const InboundRequest request = to_inbound(h, &local, local.iov_len ? 1 : 0);
+  InboundRequest request = to_inbound(h, &local, local.iov_len ? 1 : 0);
+  request.tail = tail;
   // A QP that is not here gives no answer, as behind a NIC.
   std::optional<ResponderReply> reply = ResponderReply{ResponderReply::Kind::kNoAnswer};
   TargetQp target;

@@ -5,6 +5,7 @@
 
 #include <sys/uio.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <vector>
@@ -60,6 +61,13 @@ class InboundConnection {
   uint64_t received() const { return received_; }
   /// READs and atomics answered with their data so far: their requesters wait for it.
   uint64_t data_answers() const { return data_answers_; }
+  /// Of this process's requests with a payload large enough to land in place (SEND, WRITE),
+  /// how many did so and how many there were (logged at exit under SOFTRDMA_DEBUG).
+  struct LandingTotals {
+    uint64_t landed;
+    uint64_t large;
+  };
+  static LandingTotals landing_totals();
   /// The peer has sent at least one well-formed request.
   bool authenticated() const { return authenticated_; }
   Clock::time_point accepted_at() const { return accepted_at_; }
@@ -71,8 +79,13 @@ class InboundConnection {
   bool has_complete_request() const;
   /// Hands pending answers to the socket without blocking. False: the connection failed.
   bool flush();
-  /// Executes one request and appends its answer to output_.
-  void execute(const Request& h, const char* payload);
+  /// Executes one request and appends its answer to output_. The first `buffered` bytes of
+  /// its payload are at `payload`, the rest (if any) is `tail`, still in the socket.
+  void execute(const Request& h, const char* payload, size_t buffered, PayloadTail* tail = nullptr);
+  /// Runs the request whose header was read last if its payload is a large one and waits
+  /// whole in the socket: the payload is read straight into its destination (`landed`).
+  /// False: close the connection.
+  bool land_waiting_payload(bool& landed);
 
   int fd_;
   Clock::time_point accepted_at_;
@@ -93,6 +106,12 @@ class InboundConnection {
   // (kTakesCarriedAcks). A one-way stream's sender needs the acknowledgements to go on.
   bool last_read_short_ = true;
   bool last_request_both_ways_ = false;
+  // Bytes known to wait in the socket: at least this many, as the kernel last said, less
+  // what was taken since. Spares asking it for every payload of a backlog.
+  size_t known_waiting_ = 0;
+  // received_ when the kernel was last asked how much waits.
+  uint64_t asked_at_ = UINT64_MAX;
+  void took_from_socket(size_t n) { known_waiting_ -= std::min(known_waiting_, n); }
   /// Drops the held acknowledgements that were carried; makes the others sendable once due
   /// at `now`, or with `all`.
   void settle_held(HeldAcks::Clock::time_point now, bool all);

@@ -399,6 +399,10 @@ void at_exit() {
   SOFTRDMA_DEBUG_LOG("acknowledgements held back: %llu carried by requests, %llu sent",
                      static_cast<unsigned long long>(held.carried),
                      static_cast<unsigned long long>(held.sent));
+  const InboundConnection::LandingTotals landing = InboundConnection::landing_totals();
+  SOFTRDMA_DEBUG_LOG("large payloads read straight into place: %llu of %llu",
+                     static_cast<unsigned long long>(landing.landed),
+                     static_cast<unsigned long long>(landing.large));
   send_deferred_answers_before_leaving();
   // Sockets the process's exit closes must hold no unread bytes, or the peers see a reset
   // and lose the answers still queued.
