@@ -1241,6 +1241,36 @@ TEST_P(LargePayloadArrival, OneNotCarriedOutLeavesTheStreamInStep) {
   close(s);
 }
 
+// A peer that dies in the middle of a large WRITE's payload: the part that came was read
+// into the buffer (a payload lands in place only once it waits whole), so nothing of it
+// reaches the region, and the process serves the next connection.
+TEST_F(TcpPathTest, ALargeWriteCutOffInItsPayloadWritesNothing) {
+  ASSERT_NO_FATAL_FAILURE(ConnectPair());
+  constexpr size_t kLength = size_t{200} << 10;
+  Buffer region = NewBuffer(kLength, kRemoteAccess, 0xee);
+  wire::Request h = valid_request(p_.b->qp_num);
+  h.src_qpn = p_.a->qp_num;
+  h.rkey = region.rkey();
+  h.remote_addr = region.addr();
+  h.length = h.payload_len = kLength;
+  const std::vector<char> payload = pattern(kLength, 6);
+  const int s = connect_to(own_port());
+  ASSERT_GE(s, 0);
+  ASSERT_EQ(send(s, &h, sizeof h, 0), static_cast<ssize_t>(sizeof h));
+  ASSERT_EQ(send(s, payload.data(), kLength / 2, 0), static_cast<ssize_t>(kLength / 2));
+  std::this_thread::sleep_for(Millis{20});  // the responder reads what came meanwhile
+  shutdown(s, SHUT_WR);
+  EXPECT_TRUE(closed_by_peer(s));
+  close(s);
+  EXPECT_TRUE(region.all(0xee)) << "a WRITE cut off in its payload wrote";
+
+  const int again = connect_to(own_port());
+  ASSERT_GE(again, 0);
+  ASSERT_EQ(write_over_tcp(again, region, 0, 'x', 0).reply, wire::Reply::kDone);
+  EXPECT_TRUE(region.all('x', 0, 8));
+  close(again);
+}
+
 INSTANTIATE_TEST_SUITE_P(Arrivals, LargePayloadArrival,
                          ::testing::Values(Arrival::kAtOnce, Arrival::kHeaderFirst,
                                            Arrival::kInPieces),
