@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/mapping_check.hpp"
+#include "engine/iovec_list.hpp"
 #include "engine/ordered_copy.hpp"
 #include "engine/shared_pages.hpp"
 
@@ -144,32 +145,20 @@ using VmCall = ssize_t (*)(pid_t, const iovec*, unsigned long, const iovec*, uns
 int vm_copy(VmCall call, pid_t pid, const iovec* local, int nlocal, const iovec* remote,
             int nremote) {
   if (nlocal > kMaxSge + 2 || nremote > kMaxSge + 2) return EINVAL;
-  size_t want = 0;
-  for (int i = 0; i < nlocal; ++i) want += local[i].iov_len;
-  iovec l[kMaxSge + 2], r[kMaxSge + 2];  // a list of kMaxSge + 1, split by vm_write
-  std::copy(local, local + nlocal, l);
-  std::copy(remote, remote + nremote, r);
-  int li = 0, ri = 0;
+  size_t want = iov_bytes(local, nlocal);
+  iovec l_list[kMaxSge + 2], r_list[kMaxSge + 2];  // a list of kMaxSge + 1, split by vm_write
+  std::copy(local, local + nlocal, l_list);
+  std::copy(remote, remote + nremote, r_list);
+  iovec* l = l_list;
+  iovec* r = r_list;
   while (want > 0) {
-    ssize_t n = call(pid, l + li, static_cast<unsigned long>(nlocal - li), r + ri,
-                     static_cast<unsigned long>(nremote - ri), 0);
+    ssize_t n =
+        call(pid, l, static_cast<unsigned long>(nlocal), r, static_cast<unsigned long>(nremote), 0);
     if (n < 0) return errno;
     if (n == 0) return EFAULT;
     want -= static_cast<size_t>(n);
-    for (size_t left = static_cast<size_t>(n); left > 0;) {
-      size_t step = std::min(left, l[li].iov_len);
-      l[li].iov_base = static_cast<char*>(l[li].iov_base) + step;
-      l[li].iov_len -= step;
-      left -= step;
-      if (l[li].iov_len == 0) ++li;
-    }
-    for (size_t left = static_cast<size_t>(n); left > 0;) {
-      size_t step = std::min(left, r[ri].iov_len);
-      r[ri].iov_base = static_cast<char*>(r[ri].iov_base) + step;
-      r[ri].iov_len -= step;
-      left -= step;
-      if (r[ri].iov_len == 0) ++ri;
-    }
+    drop_front(l, nlocal, static_cast<size_t>(n));
+    drop_front(r, nremote, static_cast<size_t>(n));
   }
   return 0;
 }
@@ -208,8 +197,7 @@ int copy_into(const PinnedRanges& dst, const ProcessId& owner, const iovec* src,
   }
   copy_local(dst.mapped(), dst.count(), src, count);
   // The ranges after the bytes `src` filled, as far as the tail reaches.
-  size_t skip = 0;
-  for (int i = 0; i < count; ++i) skip += src[i].iov_len;
+  size_t skip = iov_bytes(src, count);
   size_t want = tail->remaining();
   iovec rest[kMaxSge];
   int n = 0;

@@ -16,6 +16,7 @@
 #include "common/current_pid.hpp"
 #include "common/log.hpp"
 #include "common/self_connect.hpp"
+#include "engine/iovec_list.hpp"
 #include "engine/memory_access.hpp"
 #include "wire/arrivals.hpp"
 #include "wire/socket_io.hpp"

@@ -20,12 +20,6 @@ ssize_t write_now(int fd, const iovec* iov, int count) {
   }
 }
 
-size_t iov_bytes(const iovec* iov, int count) {
-  size_t n = 0;
-  for (int i = 0; i < count; ++i) n += iov[i].iov_len;
-  return n;
-}
-
 void tune_socket(int fd) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);

@@ -10,8 +10,6 @@ namespace softrdma::wire {
 /// Writes what the socket takes without waiting: the bytes written (0 when it is full), or
 /// -1 on error.
 ssize_t write_now(int fd, const iovec* iov, int count);
-/// The bytes the iovecs describe.
-size_t iov_bytes(const iovec* iov, int count);
 /// TCP_NODELAY and keepalive, as for any latency-sensitive connection.
 void tune_socket(int fd);
 /// tune_socket, and a send buffer that takes whole large messages from the first one on.

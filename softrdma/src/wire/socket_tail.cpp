@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "engine/iovec_list.hpp"
 #include "engine/memory_access.hpp"
 
 namespace softrdma::wire {
@@ -34,32 +35,27 @@ bool SocketTail::read(const iovec* dst, int count) {
   iovec left[kMaxSge + 3];
   if (count + 1 > static_cast<int>(std::size(left))) return false;
   std::copy(dst, dst + count, left);
-  size_t asked = 0;
-  for (int i = 0; i < count; ++i) asked += dst[i].iov_len;
+  size_t asked = iov_bytes(dst, count);
   if (asked > remaining_) return false;
   // Only the read that ends the tail may go beyond it.
   const bool last = asked == remaining_ && room_ > 0;
   if (last) left[count] = {after_, room_};
-  msghdr msg{};
-  msg.msg_iov = left;
-  msg.msg_iovlen = static_cast<size_t>(count + (last ? 1 : 0));
+  iovec* unfilled = left;
+  int entries = count + (last ? 1 : 0);
   while (asked > 0) {
+    msghdr msg{};
+    msg.msg_iov = unfilled;
+    msg.msg_iovlen = static_cast<size_t>(entries);
     const ssize_t r = recvmsg(fd_, &msg, MSG_DONTWAIT);
     if (r < 0 && errno == EINTR) continue;
     // The bytes were waiting (bytes_waiting): none of them may be missing now.
     if (r <= 0) return false;
-    size_t got = static_cast<size_t>(r);
+    const size_t got = static_cast<size_t>(r);
     const size_t mine = std::min(got, asked);
     asked -= mine;
     remaining_ -= mine;
     after_read_ += got - mine;
-    while (got > 0) {
-      const size_t step = std::min(got, msg.msg_iov->iov_len);
-      msg.msg_iov->iov_base = static_cast<char*>(msg.msg_iov->iov_base) + step;
-      msg.msg_iov->iov_len -= step;
-      got -= step;
-      if (msg.msg_iov->iov_len == 0) ++msg.msg_iov, --msg.msg_iovlen;
-    }
+    drop_front(unfilled, entries, got);
   }
   return true;
 }
