@@ -19,23 +19,19 @@
 // Usage: tcp_ping_pong -p PORT                        (serves: run it on the other host)
 //        tcp_ping_pong ADDRESS -p PORT [-s SIZE] [-n N]
 // bench/tcp_ping_pong.py runs both across two network namespaces.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <sys/epoll.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
 
+#include "tcp_bench_socket.hpp"
+
 namespace {
+
+using namespace tcp_bench;
 
 using Clock = std::chrono::steady_clock;
 
@@ -43,26 +39,6 @@ constexpr size_t kMaxSize = 4096;
 enum Pattern { kOne, kEpoll, kTwo, kTwoReadOne, kTwoDelayedAcks, kTwoPeek, kPatternCount };
 const char* const kPatterns[kPatternCount] = {"one", "epoll", "two", "two1", "delack", "peek"};
 constexpr int kRenewDelayedAcksEvery = 16;
-
-[[noreturn]] void die(const char* what) {
-  std::fprintf(stderr, "tcp_ping_pong: %s: %s\n", what, std::strerror(errno));
-  std::exit(1);
-}
-
-void set_nodelay(int fd) {
-  const int one = 1;
-  if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0) die("TCP_NODELAY");
-}
-
-void send_all(int fd, const char* data, size_t n) {
-  while (n > 0) {
-    const ssize_t w = send(fd, data, n, MSG_NOSIGNAL);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) die("send");
-    data += w;
-    n -= static_cast<size_t>(w);
-  }
-}
 
 // The sockets of one pattern, as one side sees them.
 struct Ends {
@@ -136,34 +112,14 @@ struct Hello {
   uint32_t pattern, size, count, role;
 };
 
-void read_exact(int fd, void* p, size_t n) {
-  char* c = static_cast<char*>(p);
-  while (n > 0) {
-    const ssize_t r = recv(fd, c, n, 0);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) die("recv hello");
-    c += r;
-    n -= static_cast<size_t>(r);
-  }
-}
-
 int accept_one(int listener, Hello& h) {
-  const int fd = accept(listener, nullptr, nullptr);
-  if (fd < 0) die("accept");
-  set_nodelay(fd);
-  read_exact(fd, &h, sizeof h);
+  const int fd = accept_from(listener);
+  recv_all(fd, &h, sizeof h);
   return fd;
 }
 
 [[noreturn]] void serve(uint16_t port) {
-  const int listener = socket(AF_INET, SOCK_STREAM, 0);
-  const int one = 1;
-  setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  if (bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(listener, 4) != 0)
-    die("listen");
+  const int listener = listen_on(port);
   for (int served = 0; served < kPatternCount; ++served) {
     Hello h{};
     Ends e;
@@ -188,15 +144,9 @@ int accept_one(int listener, Hello& h) {
   std::exit(0);
 }
 
-int connect_to(const char* address, uint16_t port, const Hello& h) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  if (inet_pton(AF_INET, address, &a.sin_addr) != 1) die("address");
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) die("connect");
-  set_nodelay(fd);
-  send_all(fd, reinterpret_cast<const char*>(&h), sizeof h);
+int connect_with(const char* address, uint16_t port, const Hello& h) {
+  const int fd = connect_to(address, port);
+  send_all(fd, &h, sizeof h);
   return fd;
 }
 
@@ -204,10 +154,10 @@ double run(const char* address, uint16_t port, int pattern, uint32_t size, uint3
   Hello h{static_cast<uint32_t>(pattern), size, count, 0};
   Ends e;
   e.pattern = pattern;
-  e.out = e.in = connect_to(address, port, h);
+  e.out = e.in = connect_with(address, port, h);
   if (e.two_connections()) {
     h.role = 1;
-    e.in = connect_to(address, port, h);
+    e.in = connect_with(address, port, h);
   }
   watch(e);
   std::vector<char> buf(size, 'x');
