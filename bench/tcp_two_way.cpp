@@ -92,11 +92,9 @@ struct Side {
   };
   std::vector<Input> in;
 
-  Output& answers_out() { return out[outputs - 1]; }
-
   // Writes what `o` can take now. Returns false when nothing more was written.
   bool write(Output& o) {
-    iovec iov[3];
+    iovec iov[2];  // what is left of the header, then of the pad or payload
     int n = 0;
     if (o.frame_sent == o.frame_bytes) {  // start the next frame
       if (o.answers != 0) {
