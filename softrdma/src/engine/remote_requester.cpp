@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/current_pid.hpp"
 #include "common/log.hpp"
 #include "engine/local_payload.hpp"
 #include "engine/progress.hpp"
@@ -24,12 +25,19 @@ uint32_t destination_qpn(const Qp& qp, const SendWork& w) {
 }
 
 // The connection to the host and port that serve `w`'s destination (made on demand);
-// nullptr when it cannot be reached now.
-std::shared_ptr<wire::Link> link_for(const Qp& qp, const SendWork& w) {
+// nullptr when it cannot be reached now. The caller holds qp.sq_mutex.
+std::shared_ptr<wire::Link> link_for(Qp& qp, const SendWork& w) {
   Gid dgid;
   std::memcpy(dgid.data(), destination_gid(qp, w), 16);
   if (!GidTable::is_ipv4_mapped(dgid)) return nullptr;
-  return wire::Link::to(GidTable::ipv4_of(dgid), wire::port_of_qpn(destination_qpn(qp, w)));
+  const uint32_t ipv4_be = GidTable::ipv4_of(dgid);
+  const uint16_t port = wire::port_of_qpn(destination_qpn(qp, w));
+  Qp::LastLink& last = qp.last_link;
+  if (last.link && last.ipv4_be == ipv4_be && last.port == port && last.pid == current_pid() &&
+      last.link->alive())
+    return last.link;
+  last = {wire::Link::to(ipv4_be, port), ipv4_be, port, current_pid()};
+  return last.link;
 }
 
 }  // namespace

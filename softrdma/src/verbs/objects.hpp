@@ -216,6 +216,14 @@ struct Qp : Pooled<Qp> {
   // RC over TCP: the peer's requests carried an acknowledgement to this process since the QP's
   // last request (wire::kTakesCarriedAcks).
   bool took_carried_ack = false;
+  // TCP: the link its requests went out on last and where it leads, so that the next request
+  // to the same host and port (every request of a connected QP) skips the process-wide lookup.
+  struct LastLink {
+    std::shared_ptr<wire::Link> link;
+    uint32_t ipv4_be = 0;
+    uint16_t port = 0;
+    pid_t pid = 0;  // a forked child does not share its parent's connections
+  } last_link;
   TargetQp peer;                          // RC: the connected QP, resolved on first use
   DirectAccess* direct_access = nullptr;  // where its same-host accesses are announced
   RegionCache region_cache;               // the peer's regions its one-sided requests used lately

@@ -275,8 +275,9 @@ void InboundConnection::execute(const Request& h, const char* payload, size_t bu
   request.tail = tail;
   // A QP that is not here gives no answer, as behind a NIC.
   std::optional<ResponderReply> reply = ResponderReply{ResponderReply::Kind::kNoAnswer};
-  TargetQp target;
-  if (resolve_local_qp(h.dest_qpn, target)) {
+  const bool found = resolve_target(h.dest_qpn);
+  TargetQp& target = target_;
+  if (found) {
     reply = is_reliable(static_cast<ibv_qp_type>(h.qp_type))
                 ? respond_in_sequence(target, h.psn, request)
                 : respond(target, request);
@@ -301,6 +302,13 @@ void InboundConnection::execute(const Request& h, const char* payload, size_t bu
   append(output_, result_.data(), result_len);
   sendable_end_ = output_.size();
   if (result_len) ++data_answers_;
+}
+
+bool InboundConnection::resolve_target(uint32_t qpn) {
+  if (target_.qp && target_.qpn == qpn && target_.current()) return true;
+  if (resolve_local_qp(qpn, target_)) return true;
+  target_ = TargetQp{};
+  return false;
 }
 
 void InboundConnection::settle_held(HeldAcks::Clock::time_point now, bool all) {

@@ -123,6 +123,11 @@ class InboundConnection {
   size_t sendable_end_ = 0;  // output_ from here on is held acknowledgements
   HeldAcks held_;
   std::vector<char> result_;  // READ data or an atomic's original value
+  // The QP the last request went to, kept while it lives: a stream of requests to one QP
+  // resolves it once (resolve_local_qp takes a process-wide lock and a map lookup).
+  TargetQp target_;
+  /// Points target_ at QP `qpn` of this host; false (target_ empty) if there is none.
+  bool resolve_target(uint32_t qpn);
 };
 
 }  // namespace softrdma::wire
