@@ -35,6 +35,9 @@ TESTS = {
     "send_lat_64KiB": ("ib_send_lat", ["-s", "65536", "-n", "3000"], 1),
     "read_lat": ("ib_read_lat", ["-s", "8", "-n", "5000"], 1),
     "read_bw": ("ib_read_bw", ["-s", "65536", "-n", "5000"], 1),
+    # 8-byte streams: what each request costs the library, where the bytes cost nothing
+    "write_bw_8B": ("ib_write_bw", ["-s", "8", "-n", "200000"], 1),
+    "send_bw_8B": ("ib_send_bw", ["-s", "8", "-n", "200000"], 1),
     "atomic_lat": ("ib_atomic_lat", ["-n", "5000"], 1),
 }
 __doc__ %= ", ".join(TESTS)

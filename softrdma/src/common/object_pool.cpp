@@ -45,15 +45,6 @@ constinit Pool g_pool;
                  [] { g_pool.mutex.unlock(); });
 }
 
-constexpr bool kUseHeap =
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-    // The sanitizers then see every object's bounds and lifetime: TSan would carry the
-    // synchronisation state of a freed object over to the next one at its address.
-    true;
-#else
-    false;
-#endif
-
 void* from_heap(std::size_t bytes) {
   auto* h = static_cast<char*>(std::malloc(bytes + kHeader));
   if (!h) return nullptr;
@@ -79,7 +70,7 @@ char* carve(std::size_t slot_bytes) {
 }  // namespace
 
 void* pool_allocate(std::size_t bytes) noexcept {
-  if (kUseHeap || bytes > kPooledMost) return from_heap(bytes);
+  if (kPoolsUseHeap || bytes > kPooledMost) return from_heap(bytes);
   const std::size_t size_class = (bytes + kHeader + kPoolAlign - 1) / kPoolAlign;
   std::lock_guard lock(g_pool.mutex);
   if (FreeSlot* reused = g_pool.free[size_class]) {

@@ -15,6 +15,15 @@ namespace softrdma {
 inline constexpr std::size_t kPooledMost = 4096;
 /// Every object the pool returns is aligned to this.
 inline constexpr std::size_t kPoolAlign = 16;
+/// Pools hand out heap memory instead: the sanitizers then see every object's bounds and
+/// lifetime (TSan would carry the synchronisation state of a freed object over to the next
+/// one at its address).
+inline constexpr bool kPoolsUseHeap =
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    true;
+#else
+    false;
+#endif
 
 /// `bytes` of memory aligned to kPoolAlign, or null when the system has none.
 void* pool_allocate(std::size_t bytes) noexcept;

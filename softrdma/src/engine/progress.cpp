@@ -47,20 +47,31 @@ ProgressState& state() {
 
 std::atomic<uint32_t> g_pending{0};
 
-void run_one(ProgressState& s, std::unique_lock<std::mutex>& lock, Qp* qp) {
-  s.due.erase(qp);
+// The schedule's entries and their mirrors in the QPs change together, and a sleeping helper
+// learns of every entry due before it wakes; caller holds s.mutex.
+void set_due(ProgressState& s, Qp* qp, Clock::time_point when) {
+  auto [it, fresh] = s.due.emplace(qp, when);
+  if (!fresh && when < it->second) it->second = when;
+  qp->progress.due.store(it->second.time_since_epoch().count(), std::memory_order_relaxed);
   g_pending.store(static_cast<uint32_t>(s.due.size()), std::memory_order_relaxed);
+  if (when < s.helper_sleeps_until) s.wake.notify_one();
+}
+
+void forget_due(ProgressState& s, Qp* qp) {
+  s.due.erase(qp);
+  qp->progress.due.store(ProgressEntry::kNever, std::memory_order_relaxed);
+  g_pending.store(static_cast<uint32_t>(s.due.size()), std::memory_order_relaxed);
+}
+
+void run_one(ProgressState& s, std::unique_lock<std::mutex>& lock, Qp* qp) {
+  forget_due(s, qp);
   auto mine = s.running.insert(qp);
   lock.unlock();
   std::optional<Clock::time_point> next = requester_progress(*qp);
   lock.lock();
   s.running.erase(mine);
   s.settled.notify_all();
-  if (next) {
-    auto [it, fresh] = s.due.emplace(qp, *next);
-    if (!fresh && *next < it->second) it->second = *next;
-    g_pending.store(static_cast<uint32_t>(s.due.size()), std::memory_order_relaxed);
-  }
+  if (next) set_due(s, qp, *next);
 }
 
 // Runs due entries; returns the earliest time still pending.
@@ -115,27 +126,26 @@ void helper_thread() {
 }  // namespace
 
 void progress_schedule(Qp* qp, Clock::time_point when) {
+  // Due no later already: the helper knows of that time too, so nothing needs waking. The
+  // caller's hold of the send-queue lock orders this load after any run that took the
+  // entry and finished (a run takes that lock), and before any run still to take it.
+  if (qp->progress.due.load(std::memory_order_relaxed) <= when.time_since_epoch().count()) return;
   ProgressState& s = state();
   std::lock_guard lock(s.mutex);
-  auto [it, fresh] = s.due.emplace(qp, when);
-  if (!fresh && when < it->second) it->second = when;
-  g_pending.store(static_cast<uint32_t>(s.due.size()), std::memory_order_relaxed);
+  set_due(s, qp, when);
   if (s.thread_pid != current_pid()) {
     s.thread_pid = current_pid();
     s.helper_sleeps_until = Clock::time_point::min();  // a new helper scans before it sleeps
     start_background_thread("softrdma-timer", helper_thread);
-  } else if (when < s.helper_sleeps_until) {
-    s.wake.notify_one();
   }
 }
 
 void progress_forget(Qp* qp) {
   ProgressState& s = state();
   std::unique_lock lock(s.mutex);
-  s.due.erase(qp);  // no new run starts
+  forget_due(s, qp);  // no new run starts
   s.settled.wait(lock, [&] { return s.running.count(qp) == 0; });
-  s.due.erase(qp);  // a run that was under way schedules it again as it finishes
-  g_pending.store(static_cast<uint32_t>(s.due.size()), std::memory_order_relaxed);
+  forget_due(s, qp);  // a run that was under way schedules it again as it finishes
 }
 
 void run_due_progress() {

@@ -17,11 +17,13 @@
 #include "common/biased_lock.hpp"
 #include "common/object_pool.hpp"
 #include "common/process_lock.hpp"
+#include "common/recycled_nodes.hpp"
 #include "engine/arena.hpp"
 #include "engine/inline_bytes.hpp"
 #include "engine/local_key_cache.hpp"
 #include "engine/memory_access.hpp"
 #include "engine/memory_windows.hpp"
+#include "engine/progress.hpp"
 #include "engine/region_cache.hpp"
 #include "engine/registry.hpp"
 #include "engine/responder.hpp"
@@ -166,8 +168,9 @@ struct SendWork {
 
 /// Work requests a QP holds in order. A list takes no memory until its first entry (a QP
 /// whose peer is on this host never holds any), where a deque takes a block at once; and a
-/// SendWork is too large for a deque to keep more than one per block anyway.
-using SendQueue = std::list<SendWork>;
+/// SendWork is too large for a deque to keep more than one per block anyway. Its nodes are
+/// recycled per thread (common/recycled_nodes.hpp).
+using SendQueue = std::list<SendWork, RecycledNodes<SendWork>>;
 
 /// Work requests of the extended send API between ibv_wr_start and ibv_wr_complete, built
 /// field by field (verbs/qp_ex_send.cpp) and posted together or not at all.
@@ -216,6 +219,7 @@ struct Qp : Pooled<Qp> {
   // RC over TCP: the peer's requests carried an acknowledgement to this process since the QP's
   // last request (wire::kTakesCarriedAcks).
   bool took_carried_ack = false;
+  ProgressEntry progress;  // when its deferred work is due (engine/progress.hpp)
   // TCP: the link its requests went out on last and where it leads, so that the next request
   // to the same host and port (every request of a connected QP) skips the process-wide lookup.
   struct LastLink {
