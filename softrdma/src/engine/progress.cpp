@@ -23,7 +23,6 @@ struct ProgressState {
   std::condition_variable settled;  // progress_forget waits here
   std::map<Qp*, Clock::time_point> due;
   std::multiset<Qp*> running;  // QPs being progressed right now (poll_cq or the helper)
-  pid_t thread_pid = 0;        // the helper is re-created in a forked child
   // When the helper wakes by itself; min() while it is awake (it then sees every entry
   // before it sleeps again). A deadline no earlier needs no wake-up: a request sent
   // across hosts schedules its answer's deadline, and waking the helper for each would
@@ -46,6 +45,9 @@ ProgressState& state() {
 }
 
 std::atomic<uint32_t> g_pending{0};
+// The process whose helper thread runs (a forked child starts its own). Written under the
+// schedule's lock, read without it by progress_schedule.
+std::atomic<pid_t> g_helper_pid{0};
 
 // The schedule's entries and their mirrors in the QPs change together, and a sleeping helper
 // learns of every entry due before it wakes; caller holds s.mutex.
@@ -126,15 +128,17 @@ void helper_thread() {
 }  // namespace
 
 void progress_schedule(Qp* qp, Clock::time_point when) {
-  // Due no later already: the helper knows of that time too, so nothing needs waking. The
-  // caller's hold of the send-queue lock orders this load after any run that took the
-  // entry and finished (a run takes that lock), and before any run still to take it.
-  if (qp->progress.due.load(std::memory_order_relaxed) <= when.time_since_epoch().count()) return;
+  // Due no later already: this process's helper knows of that time too, so nothing needs
+  // waking. The caller's hold of the send-queue lock orders this load after any run that
+  // took the entry and finished (a run takes that lock), and before any run still to take it.
+  if (qp->progress.due.load(std::memory_order_relaxed) <= when.time_since_epoch().count() &&
+      g_helper_pid.load(std::memory_order_relaxed) == current_pid())
+    return;
   ProgressState& s = state();
   std::lock_guard lock(s.mutex);
   set_due(s, qp, when);
-  if (s.thread_pid != current_pid()) {
-    s.thread_pid = current_pid();
+  if (g_helper_pid.load(std::memory_order_relaxed) != current_pid()) {
+    g_helper_pid.store(current_pid(), std::memory_order_relaxed);
     s.helper_sleeps_until = Clock::time_point::min();  // a new helper scans before it sleeps
     start_background_thread("softrdma-timer", helper_thread);
   }
