@@ -11,6 +11,7 @@
 #include "engine/registry.hpp"
 #include "engine/send_completion.hpp"
 #include "engine/transmit.hpp"
+#include "wire/held_acks.hpp"
 #include "wire/link.hpp"
 
 namespace softrdma {
@@ -191,8 +192,11 @@ Outcome transmit(Qp& qp, SendWork& w, const iovec* payload, int count, uint64_t 
   // (wire/held_acks.hpp), but only if it travels now: one queued behind a backlog of large
   // payloads would come later than the peer's own ACK, and its requests would time out.
   // Under the send-queue lock, and peer_psn_end only grows: a store keeps the largest.
-  if (sent == wire::Link::Sent::kHeaderNow && header.acked_psn_end != 0)
+  if (sent == wire::Link::Sent::kHeaderNow && header.acked_psn_end != 0) {
     qp.shared->acked_psn_sent.store(header.acked_psn_end, std::memory_order_release);
+    wire::acks_carried.store(wire::acks_carried.load(std::memory_order_relaxed) + 1,
+                             std::memory_order_release);
+  }
   if (qp.inflight.front().give_up != Clock::time_point::max())
     progress_schedule(&qp, qp.inflight.front().give_up);
   return Outcome::kInFlight;

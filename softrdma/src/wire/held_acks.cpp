@@ -9,8 +9,13 @@
 namespace softrdma::wire {
 namespace {
 
+// Counted under the serving loop's lock (release() runs only there): no locked instruction.
 std::atomic<uint64_t> carried_total{0};
 std::atomic<uint64_t> sent_total{0};
+
+void add(std::atomic<uint64_t>& total, uint64_t n) {
+  total.store(total.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+}
 
 }  // namespace
 
@@ -41,7 +46,7 @@ HeldAcks::Outcome HeldAcks::release(char* records, Clock::time_point now, bool a
   size_t kept = 0;
   for (size_t i = 0; i < acks_.size(); ++i) {
     if (carried(acks_[i])) {
-      carried_total.fetch_add(1, std::memory_order_relaxed);
+      add(carried_total, 1);
       continue;
     }
     if (kept != i) {
@@ -56,7 +61,7 @@ HeldAcks::Outcome HeldAcks::release(char* records, Clock::time_point now, bool a
   const bool fell_due = now >= due_;
   if (!fell_due && !all) return {kept, true};
   if (fell_due) paused_for_ = kPauseAfterMiss;
-  sent_total.fetch_add(kept, std::memory_order_relaxed);
+  add(sent_total, kept);
   acks_.clear();
   return {kept, false};
 }

@@ -12,6 +12,7 @@
 // them (one-way traffic) stops holding for the next kPauseAfterMiss ones.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -20,6 +21,14 @@
 #include "engine/responder.hpp"
 
 namespace softrdma::wire {
+
+/// Requests this process sent carrying an acknowledgement (Request::acked_psn_end) that can
+/// let a held one go. Bumped after the QP's acked_psn_sent (release), without a locked
+/// instruction: a count lost to a race between two posting threads only leaves a held ACK
+/// to be sent when due, as does a request that another process of the user sent (with
+/// several on a host, the QP that carries an ACK may belong to another process than the
+/// one holding it). Held ACKs are looked at again only once it moved or one fell due.
+inline std::atomic<uint64_t> acks_carried{0};
 
 class HeldAcks {
  public:

@@ -193,23 +193,31 @@ class ResponderLoop {
   void send_deferred(bool all) {
     for (const int fd : deferred_) serve(fd, EPOLLOUT, true);
     deferred_.clear();
-    if (!holding_.empty()) {
-      const auto now = Clock::now();
-      // Both keep their memory: this runs on every poll while acknowledgements are held.
-      held_before_.swap(holding_);
-      for (const int fd : held_before_) {
-        auto it = connections_.find(fd);
-        if (it == connections_.end()) continue;
-        if (!it->second.connection->release_held(now, all)) {
-          drop(it);
-          continue;
-        }
-        rewatch(it);
-        if (it->second.connection->holds_acks()) holding_.push_back(fd);
-      }
-      held_before_.clear();
-    }
+    if (!holding_.empty()) release_held(all);
     count_waiting_answers();
+  }
+
+  // Caller holds serving_. Drops the held acknowledgements that were carried and sends those
+  // that fell due (`all`: every one). Runs on every poll while acknowledgements are held, so
+  // it looks at them only if a request carried one since its last look, or one fell due.
+  void release_held(bool all) {
+    const auto now = Clock::now();
+    const uint64_t carried = acks_carried.load(std::memory_order_acquire);
+    if (!all && carried == acks_carried_seen_ && now < next_held_due()) return;
+    acks_carried_seen_ = carried;
+    // Both keep their memory.
+    held_before_.swap(holding_);
+    for (const int fd : held_before_) {
+      auto it = connections_.find(fd);
+      if (it == connections_.end()) continue;
+      if (!it->second.connection->release_held(now, all)) {
+        drop(it);
+        continue;
+      }
+      rewatch(it);
+      if (it->second.connection->holds_acks()) holding_.push_back(fd);
+    }
+    held_before_.clear();
   }
 
   // Caller holds serving_. Polls look at this count before taking the lock.
@@ -373,6 +381,7 @@ class ResponderLoop {
   std::vector<int> deferred_;     // connections whose answers wait for send_deferred()
   std::vector<int> holding_;      // connections holding acknowledgements back
   std::vector<int> held_before_;  // send_deferred's, kept for its capacity
+  uint64_t acks_carried_seen_ = 0;  // acks_carried at send_deferred's last pass over holding_
   const int listener_;
   const int epfd_;
   const std::chrono::milliseconds unauthenticated_timeout_ = unauthenticated_timeout();
