@@ -5,6 +5,7 @@
 
 #include "common/current_pid.hpp"
 #include "common/log.hpp"
+#include "common/unlocked_count.hpp"
 #include "engine/local_payload.hpp"
 #include "engine/progress.hpp"
 #include "engine/qp_types.hpp"
@@ -194,8 +195,7 @@ Outcome transmit(Qp& qp, SendWork& w, const iovec* payload, int count, uint64_t 
   // Under the send-queue lock, and peer_psn_end only grows: a store keeps the largest.
   if (sent == wire::Link::Sent::kHeaderNow && header.acked_psn_end != 0) {
     qp.shared->acked_psn_sent.store(header.acked_psn_end, std::memory_order_release);
-    wire::acks_carried.store(wire::acks_carried.load(std::memory_order_relaxed) + 1,
-                             std::memory_order_release);
+    add_unlocked(wire::acks_carried, 1, std::memory_order_release);
   }
   if (qp.inflight.front().give_up != Clock::time_point::max())
     progress_schedule(&qp, qp.inflight.front().give_up);

@@ -17,6 +17,8 @@
 #include <atomic>
 #include <cstddef>
 
+#include "common/unlocked_count.hpp"
+
 namespace softrdma::wire {
 
 struct Arrivals {
@@ -58,8 +60,7 @@ inline Arrivals arrivals() {
   const size_t watched = watched_for_polls.load(std::memory_order_relaxed);
   if (watched == 0) return {};
   if ((t_polls++ & (kLookEvery - 1)) != 0) return {};
-  looks_by_polls.store(looks_by_polls.load(std::memory_order_relaxed) + 1,
-                       std::memory_order_relaxed);
+  add_unlocked(looks_by_polls, 1);
   return arrivals_now(watched);
 }
 

@@ -4,18 +4,15 @@
 #include <cstring>
 #include <utility>
 
+#include "common/unlocked_count.hpp"
 #include "wire/protocol.hpp"
 
 namespace softrdma::wire {
 namespace {
 
-// Counted under the serving loop's lock (release() runs only there): no locked instruction.
+// Counted under the serving loop's lock (release() runs only there).
 std::atomic<uint64_t> carried_total{0};
 std::atomic<uint64_t> sent_total{0};
-
-void add(std::atomic<uint64_t>& total, uint64_t n) {
-  total.store(total.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
-}
 
 }  // namespace
 
@@ -46,7 +43,7 @@ HeldAcks::Outcome HeldAcks::release(char* records, Clock::time_point now, bool a
   size_t kept = 0;
   for (size_t i = 0; i < acks_.size(); ++i) {
     if (carried(acks_[i])) {
-      add(carried_total, 1);
+      add_unlocked(carried_total, 1);
       continue;
     }
     if (kept != i) {
@@ -61,7 +58,7 @@ HeldAcks::Outcome HeldAcks::release(char* records, Clock::time_point now, bool a
   const bool fell_due = now >= due_;
   if (!fell_due && !all) return {kept, true};
   if (fell_due) paused_for_ = kPauseAfterMiss;
-  add(sent_total, kept);
+  add_unlocked(sent_total, kept);
   acks_.clear();
   return {kept, false};
 }

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "common/log.hpp"
+#include "common/unlocked_count.hpp"
 #include "engine/qp_types.hpp"
 #include "engine/responder.hpp"
 #include "engine/transmit.hpp"
@@ -93,6 +94,7 @@ bool lands_in_place(const Request& h) {
   }
 }
 
+// Counted under the serving loop's lock (every connection is served under it).
 std::atomic<uint64_t> large_total{0};
 std::atomic<uint64_t> landed_total{0};
 }  // namespace
@@ -158,7 +160,7 @@ bool InboundConnection::land_waiting_payload(bool& landed) {
     known_waiting_ = bytes_waiting(fd_);
     if (known_waiting_ < rest) return true;  // read on into the buffer meanwhile
   }
-  landed_total.fetch_add(1, std::memory_order_relaxed);
+  add_unlocked(landed_total, 1);
   Request next;
   SocketTail tail(fd_, rest, reinterpret_cast<char*>(&next), sizeof next);
   execute(h, input_.data() + consumed_ + sizeof h, buffered, &tail);
@@ -236,7 +238,7 @@ bool InboundConnection::execute_complete() {
       return false;
     }
     if (filled_ - consumed_ < sizeof h + h.payload_len) break;
-    if (lands_in_place(h)) large_total.fetch_add(1, std::memory_order_relaxed);
+    if (lands_in_place(h)) add_unlocked(large_total, 1);
     execute(h, input_.data() + consumed_ + sizeof h, h.payload_len);
     consumed_ += sizeof h + h.payload_len;
     authenticated_ = true;
