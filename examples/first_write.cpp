@@ -3,6 +3,7 @@
 //
 //   build/softrdma-run build/examples/first_write server 7471 &
 //   build/softrdma-run build/examples/first_write client 127.0.0.1 7471
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -14,6 +15,8 @@
 #include "rdmakit/tcp_connection.hpp"
 
 using namespace rdmakit;
+
+constexpr char kMessage[] = "hello over RDMA";
 
 int main(int argc, char** argv) {
   if (argc < 3) {
@@ -36,11 +39,14 @@ int main(int argc, char** argv) {
     TcpAcceptor acceptor(resources, "0.0.0.0", static_cast<uint16_t>(std::atoi(argv[2])), options);
     Connection connection = acceptor.accept();
     std::printf("server: %s\n", connection.summary().c_str());
-    // The write needs nothing from this side: wait until the bytes appear.
-    for (int i = 0; i < 5000 && memory[0] == std::byte{0}; ++i)
+    // The write needs nothing from this side: wait until the bytes appear. A WRITE lands in
+    // address order (ConnectX and softrdma alike), so once the message's last character is
+    // there, all of it is; its first byte could show while the rest is still on its way.
+    std::atomic_ref<std::byte> last(memory[sizeof kMessage - 2]);
+    for (int i = 0; i < 5000 && last.load(std::memory_order_acquire) == std::byte{0}; ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     std::printf("server: received \"%s\"\n", reinterpret_cast<const char*>(memory.data()));
-    return memory[0] == std::byte{0};
+    return last.load(std::memory_order_acquire) == std::byte{0};
   }
 
   TcpConnector connector(resources);
@@ -49,13 +55,12 @@ int main(int argc, char** argv) {
   const RemoteBuffer remote = RemoteBuffer::decode(
       std::span<const std::byte, RemoteBuffer::kWireSize>(connection.peer_data()));
 
-  const char message[] = "hello over RDMA";
-  std::memcpy(memory.data(), message, sizeof message);
+  std::memcpy(memory.data(), kMessage, sizeof kMessage);
   Poller poller(resources->cq);
   AsyncQueuePair qp(poller, connection.qp());
   std::error_code result;
   auto write = [&]() -> Task<void> {
-    result = co_await qp.write(mr.local().first(sizeof message), remote.first(sizeof message));
+    result = co_await qp.write(mr.local().first(sizeof kMessage), remote.first(sizeof kMessage));
   };
   Task<void> task = write();
   task.start();
