@@ -131,9 +131,12 @@ bool owner_dead(pid_t pid, uint64_t start_time) {
 // owner dead on a word another process has claimed since fails and looks further.
 // Whether an owner lives is asked of /proc once per run of slots of one owner (a process's
 // slots tend to lie together), never of this process, and an owner found dead is remembered
-// (it stays dead) for the claims that follow.
-template <typename Slot>
-Slot* claim_slot(Slot* slots, uint32_t capacity, std::atomic<uint32_t>& hint, uint32_t& index) {
+// (it stays dead) for the claims that follow. `reusable(index)` may pass over a slot that
+// would otherwise be claimable.
+template <typename Slot, typename Reusable = bool (*)(uint32_t)>
+Slot* claim_slot(
+    Slot* slots, uint32_t capacity, std::atomic<uint32_t>& hint, uint32_t& index,
+    Reusable reusable = [](uint32_t) { return true; }) {
   static thread_local ProcessId known_dead{};
   ProcessId asked = self_process();
   bool asked_dead = false;
@@ -153,7 +156,8 @@ Slot* claim_slot(Slot* slots, uint32_t capacity, std::atomic<uint32_t>& hint, ui
     uint32_t word = s.state.load(std::memory_order_acquire);
     const SlotState state = slot_word::state(word);
     const bool claimable = state == SlotState::kFree || (state == SlotState::kLive && dead(s));
-    if (claimable && s.state.compare_exchange_strong(word, slot_word::claimed_from(word))) {
+    if (claimable && reusable(idx) &&
+        s.state.compare_exchange_strong(word, slot_word::claimed_from(word))) {
       hint.store(idx + 1, std::memory_order_relaxed);
       index = idx;
       return &s;
@@ -289,7 +293,13 @@ void Registry::release_qpn(uint32_t qpn) {
 
 MrSlot* Registry::claim_key_slot(KeyKind kind, uint32_t pd_id, uint32_t& key) {
   uint32_t index = 0;
-  MrSlot* s = claim_slot(mrs_, kMrCapacity, header_->next_mr, index);
+  // A slot whose users never drained is left alone: a process killed while it pinned the
+  // region keeps its count up for good, and a region registered there would make its
+  // ibv_dereg_mr wait out the bound of wait_for_users. (A pin of a stale key, which drops
+  // at once, only moves a claim on to the next slot.)
+  MrSlot* s = claim_slot(mrs_, kMrCapacity, header_->next_mr, index, [this](uint32_t i) {
+    return mr_users_[i].count.load(std::memory_order_acquire) == 0;
+  });
   if (!s) return nullptr;
   const ProcessId& me = self_process();
   s->pid = me.pid;

@@ -1,0 +1,86 @@
+// The host-wide registry of QPs and memory keys (engine/registry.*), in a registry file of
+// this test's own: what a process that dies inside an access leaves behind.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "engine/registry.hpp"
+#include "gtest/gtest.h"
+
+namespace softrdma {
+namespace {
+
+class RegistryTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    // Before the first Registry::instance(), which maps the file for the process's life.
+    path_ = std::filesystem::temp_directory_path() /
+            ("softrdma-registry-test-" + std::to_string(getpid()));
+    setenv("SOFTRDMA_REGISTRY", path_.c_str(), 1);
+  }
+  // Its QP number range is taken over by the next registry that finds the file gone.
+  static void TearDownTestSuite() { std::filesystem::remove(path_); }
+
+  static uint32_t NewKey() {
+    const uint32_t key = Registry::instance().claim_mr(1, 0, 0x1000, 4096, 0x1000, nullptr);
+    EXPECT_NE(key, 0u);
+    return key;
+  }
+
+  // A child pins `key` as an accessor does (the count that ibv_dereg_mr waits to drain)
+  // and is killed before it lets go.
+  static void PinAndDie(uint32_t key) {
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      Registry::instance().mr_users(key).fetch_add(1);
+      raise(SIGKILL);
+      _exit(1);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    ASSERT_EQ(Registry::instance().mr_users(key).load(), 1u);
+  }
+
+  static inline std::filesystem::path path_;
+};
+
+TEST_F(RegistryTest, AKeySlotThatAKilledAccessorLeftPinnedIsNeverClaimedAgain) {
+  Registry& registry = Registry::instance();
+  const uint32_t stale = NewKey();
+  const uint32_t poisoned = Registry::mr_index(stale);
+  registry.release_mr(stale);
+  ASSERT_NO_FATAL_FAILURE(PinAndDie(stale));  // pinned the stale key: the count stays up
+
+  // Claims go round the whole table (each key released again), passing over that slot.
+  for (uint32_t i = 0; i < Registry::kMrCapacity; ++i) {
+    const uint32_t key = NewKey();
+    ASSERT_NE(Registry::mr_index(key), poisoned) << "claimed after " << i << " others";
+    registry.release_mr(key);
+  }
+
+  // And a key released meanwhile did not wait for the dead accessor.
+  const uint32_t key = NewKey();
+  const auto start = std::chrono::steady_clock::now();
+  registry.release_mr(key);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(500));
+}
+
+TEST_F(RegistryTest, DeregisteringAKeyAKilledAccessorHeldWaitsOnlyForItsBound) {
+  Registry& registry = Registry::instance();
+  const uint32_t key = NewKey();
+  ASSERT_NO_FATAL_FAILURE(PinAndDie(key));
+  const auto start = std::chrono::steady_clock::now();
+  registry.release_mr(key);  // cannot tell a dead accessor from a slow one: waits, bounded
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  EXPECT_EQ(registry.mr_slot(key)->key.load(), 0u) << "the key is retired all the same";
+}
+
+}  // namespace
+}  // namespace softrdma
