@@ -82,6 +82,30 @@ TEST_F(MrTest, MemoryWithoutTheNeededRightsIsEfault) {
   munmap(read_only, page);
 }
 
+TEST_F(MrTest, ARangeOverSeveralMappingsNeedsTheRightsInEachAndNoHole) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  auto* p = static_cast<char*>(
+      mmap(nullptr, 3 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(p, MAP_FAILED);
+  ASSERT_EQ(mprotect(p + page, page, PROT_READ), 0);  // three mappings: rw, r, rw
+  errno = 0;
+  EXPECT_EQ(ibv_reg_mr(pd(), p, 3 * page, IBV_ACCESS_LOCAL_WRITE), nullptr);
+  EXPECT_EQ(errno, EFAULT) << "the middle page is not writable";
+  ibv_mr* mr = ibv_reg_mr(pd(), p, 3 * page, IBV_ACCESS_REMOTE_READ);
+  ASSERT_NE(mr, nullptr) << std::strerror(errno);
+  EXPECT_EQ(ibv_dereg_mr(mr), 0);
+  mr = ibv_reg_mr(pd(), p + 2 * page, page, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(mr, nullptr) << std::strerror(errno);
+  EXPECT_EQ(ibv_dereg_mr(mr), 0);
+
+  ASSERT_EQ(munmap(p + page, page), 0);  // now a hole between two writable pages
+  errno = 0;
+  EXPECT_EQ(ibv_reg_mr(pd(), p, 3 * page, IBV_ACCESS_REMOTE_READ), nullptr);
+  EXPECT_EQ(errno, EFAULT) << "a hole in the range";
+  munmap(p, page);
+  munmap(p + 2 * page, page);
+}
+
 TEST_F(MrTest, DeallocPdWithRegionIsEbusy) {
   PdPtr pd2(ibv_alloc_pd(ctx()));
   ASSERT_NE(pd2, nullptr);

@@ -10,10 +10,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <mutex>
-#include <string>
 
 #include "common/log.hpp"
 #include "common/mapping_check.hpp"
@@ -46,32 +44,24 @@ bool still_mapped_from(uintptr_t start, size_t length, int fd) {
   struct stat st {};
   if (fstat(fd, &st) != 0) return false;
   return mappings_cover(start, start + length,
-                        [&st](const MappingLine& m) { return m.inode == st.st_ino; });
+                        [&st](const Mapping& m) { return m.inode == st.st_ino; });
 }
 
 // Protection of [start, end) if it is private anonymous memory (heap or anonymous mmap) in
 // one or more consecutive mappings, else -1.
 int private_anonymous_protection(uintptr_t start, uintptr_t end) {
-  std::ifstream maps("/proc/self/maps");
-  std::string line;
-  uintptr_t covered = start;
   int prot = -1;
-  while (std::getline(maps, line) && covered < end) {
-    unsigned long lo = 0, hi = 0, offset = 0, inode = 0;
-    char perms[8] = {}, dev[16] = {};
-    int path_at = 0;
-    if (std::sscanf(line.c_str(), "%lx-%lx %7s %lx %15s %lu %n", &lo, &hi, perms, &offset, dev,
-                    &inode, &path_at) < 6)
-      continue;
-    if (hi <= covered || lo > covered) continue;
-    const std::string path = path_at > 0 ? line.substr(static_cast<size_t>(path_at)) : "";
-    if (perms[3] != 'p' || inode != 0 || !(path.empty() || path == "[heap]")) return -1;
-    const int p = (perms[0] == 'r' ? PROT_READ : 0) | (perms[1] == 'w' ? PROT_WRITE : 0);
-    if (prot != -1 && p != prot) return -1;
-    prot = p;
-    covered = hi;
-  }
-  return covered >= end ? prot : -1;
+  const bool covered = mappings_cover(
+      start, end,
+      [&prot](const Mapping& m) {
+        if (m.shared || m.inode != 0 || !(m.name.empty() || m.name == "[heap]")) return false;
+        const int p = (m.readable ? PROT_READ : 0) | (m.writable ? PROT_WRITE : 0);
+        if (prot != -1 && p != prot) return false;
+        prot = p;
+        return true;
+      },
+      /*with_names=*/true);
+  return covered ? prot : -1;
 }
 
 // Calls copy(offset, bytes) for each run of pages of [start, start + length) that hold
