@@ -32,21 +32,22 @@ class RegistryTest : public ::testing::Test {
     return key;
   }
 
-  // A child pins `key` as an accessor does (the count that ibv_dereg_mr waits to drain)
-  // and is killed before it lets go.
-  static void PinAndDie(uint32_t key) {
+  // A child takes `users` as an accessor does (a count that retiring its slot waits to
+  // drain) and is killed before it lets go.
+  static void HoldAndDie(std::atomic<uint32_t>& users) {
     const pid_t child = fork();
     ASSERT_GE(child, 0);
     if (child == 0) {
-      Registry::instance().mr_users(key).fetch_add(1);
+      users.fetch_add(1);
       raise(SIGKILL);
       _exit(1);
     }
     int status = 0;
     ASSERT_EQ(waitpid(child, &status, 0), child);
     ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
-    ASSERT_EQ(Registry::instance().mr_users(key).load(), 1u);
+    ASSERT_EQ(users.load(), 1u);
   }
+  static void PinAndDie(uint32_t key) { HoldAndDie(Registry::instance().mr_users(key)); }
 
   static inline std::filesystem::path path_;
 };
@@ -70,6 +71,23 @@ TEST_F(RegistryTest, AKeySlotThatAKilledAccessorLeftPinnedIsNeverClaimedAgain) {
   const auto start = std::chrono::steady_clock::now();
   registry.release_mr(key);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(500));
+}
+
+TEST_F(RegistryTest, AQpSlotThatAKilledPeerLeftHeldIsNeverClaimedAgain) {
+  Registry& registry = Registry::instance();
+  const uint32_t stale = registry.claim_qpn(0, -1);
+  ASSERT_NE(stale, 0u);
+  std::atomic<uint32_t>& users = registry.qp_slot(stale)->users;
+  registry.release_qpn(stale);
+  ASSERT_NO_FATAL_FAILURE(HoldAndDie(users));  // a request to the gone QP, never finished
+
+  for (uint32_t i = 0; i < Registry::kQpCapacity; ++i) {
+    const uint32_t qpn = registry.claim_qpn(0, -1);
+    ASSERT_NE(qpn, 0u);
+    ASSERT_NE(qpn, stale) << "claimed after " << i << " others";
+    registry.release_qpn(qpn);
+  }
+  EXPECT_EQ(users.load(), 1u) << "a count is never zeroed under a late holder";
 }
 
 TEST_F(RegistryTest, DeregisteringAKeyAKilledAccessorHeldWaitsOnlyForItsBound) {

@@ -213,7 +213,11 @@ Registry::Registry(void* base, uint32_t qpn_range)
 
 uint32_t Registry::claim_qpn(uint64_t qp_offset, int arena_fd) {
   uint32_t index = 0;
-  QpSlot* s = claim_slot(qps_, kQpCapacity, header_->next_qp, index);
+  // As for keys (claim_key_slot): a slot whose users never drained is left alone. Zeroing
+  // the count instead would let a late drop of a peer's hold on the old QP wrap it round.
+  QpSlot* s = claim_slot(qps_, kQpCapacity, header_->next_qp, index, [this](uint32_t i) {
+    return qps_[i].users.load(std::memory_order_acquire) == 0;
+  });
   if (!s) return 0;
   const ProcessId& me = self_process();
   s->pid = me.pid;
@@ -221,7 +225,6 @@ uint32_t Registry::claim_qpn(uint64_t qp_offset, int arena_fd) {
   s->netns = self_netns();
   s->qp_offset = qp_offset;
   s->arena_fd = arena_fd;
-  s->users.store(0, std::memory_order_relaxed);
   direct_[index].word.store(0, std::memory_order_relaxed);  // a dead owner may have left it set
   s->reached_directly.store(0, std::memory_order_relaxed);
   s->generation.fetch_add(1, std::memory_order_relaxed);
