@@ -108,7 +108,7 @@ inline void AsyncQueuePair::retire_oldest_send(Operation* done, const ibv_wc& wc
 }
 
 template <typename Op>
-inline bool AsyncQueuePair::submit_to(Op* op, List AsyncQueuePair::*posted,
+inline void AsyncQueuePair::submit_to(Op* op, List AsyncQueuePair::*posted,
                                       List AsyncQueuePair::*pending,
                                       uint32_t AsyncQueuePair::*room) noexcept {
   ++in_flight_;
@@ -119,43 +119,51 @@ inline bool AsyncQueuePair::submit_to(Op* op, List AsyncQueuePair::*posted,
     if (post_alone(*op) == 0) [[likely]] {
       --(this->*room);
       (this->*posted).push(op);
-      return true;
+      return;
     }
   }
   queue(this->*pending, op);  // a failed post fails again in flush, finishing it
-  return false;
 }
 
 bool AsyncQueuePair::submit(SendOperation* op) noexcept {
-  const bool posted = submit_to(op, &AsyncQueuePair::posted_sends_, &AsyncQueuePair::pending_sends_,
-                                &AsyncQueuePair::send_room_);
   // Alone in flight on the poller's only QP (so whatever its CQ holds is this operation's),
-  // and untimed (nothing for a sweep to do).
-  if (posted && in_flight_ == 1 && !op->timed && poller_.attached_ == this && !next_attached_ &&
-      at_once_in_a_row_ < kMostAtOnceInARow)
-    return completed_at_once(op);
+  // and untimed (nothing for a sweep to do): posted and looked for at once, and if already
+  // complete, finished without entering the queue's lists.
+  if (in_flight_ == 0 && op->timeout.count() <= 0 && !op->stop && may_post_at_once(op) &&
+      send_room_ != 0 && poller_.attached_ == this && !next_attached_ &&
+      at_once_in_a_row_ < kMostAtOnceInARow) {
+    op->wr.wr_id = reinterpret_cast<uintptr_t>(static_cast<Operation*>(op));
+    if (post_alone(*op) == 0) [[likely]]
+      return completed_at_once(op);
+  }
   at_once_in_a_row_ = 0;
-  return false;
+  submit_to(op, &AsyncQueuePair::posted_sends_, &AsyncQueuePair::pending_sends_,
+            &AsyncQueuePair::send_room_);
+  return false;  // suspends: the poller finishes it
 }
 
 bool AsyncQueuePair::completed_at_once(SendOperation* op) noexcept {
   ibv_wc wc;
-  if (ibv_poll_cq(poller_.raw_cq_, 1, &wc) != 1) {
-    at_once_in_a_row_ = 0;
-    return false;  // not yet (or the poll failed, as the poller will find): suspend
+  const int got = ibv_poll_cq(poller_.raw_cq_, 1, &wc);
+  if (got == 1 && wc.status == IBV_WC_SUCCESS && wc.wr_id == reinterpret_cast<uintptr_t>(op))
+      [[likely]] {
+    op->byte_len = wc.byte_len;
+    op->result = detail::kNoError;
+    ++at_once_in_a_row_;
+    return true;
   }
-  if (wc.status != IBV_WC_SUCCESS || wc.wr_id != reinterpret_cast<uintptr_t>(op)) [[unlikely]] {
+  // Not yet (or failed, or the poll failed, as the poller will find): in flight as if posted
+  // the usual way, and suspended.
+  ++in_flight_;
+  --send_room_;
+  posted_sends_.push(op);
+  at_once_in_a_row_ = 0;
+  if (got == 1) {
     // As the poller would: this resumes the awaiter (already suspended) from here.
     auto* done = reinterpret_cast<Operation*>(wc.wr_id);
-    at_once_in_a_row_ = 0;
     done->on_completion(done, wc);
-    return false;
   }
-  retire_oldest_send(op, wc);
-  --in_flight_;
-  op->result = detail::kNoError;
-  ++at_once_in_a_row_;
-  return true;
+  return false;
 }
 
 bool AsyncQueuePair::submit(RecvOperation* op) noexcept {

@@ -184,16 +184,16 @@ class AsyncQueuePair {
   // kMostAtOnceInARow times in a row, so that other work of the thread gets its turn.
   bool submit(detail::SendOperation* op) noexcept;
   bool submit(detail::RecvOperation* op) noexcept;
-  /// submit()'s look for the completion of `op`, just posted.
+  /// submit()'s look for the completion of `op`, just posted alone: true if it is complete
+  /// (it never entered the lists), else `op` goes in flight as posted.
   bool completed_at_once(detail::SendOperation* op) noexcept;
   /// `done`, the oldest posted send, completed successfully by `wc` and alone: its room
   /// frees (finishing it is the caller's).
   void retire_oldest_send(detail::Operation* done, const ibv_wc& wc) noexcept;
-  /// Either of them, given that queue's lists and room (members: the compiler then sees
-  /// they do not alias the operation).
-  /// True if it posted `op` (else it queued it).
+  /// Posts `op`, or queues it when it cannot go now, given that queue's lists and room
+  /// (members: the compiler then sees they do not alias the operation).
   template <typename Op>
-  bool submit_to(Op* op, List AsyncQueuePair::*posted, List AsyncQueuePair::*pending,
+  void submit_to(Op* op, List AsyncQueuePair::*posted, List AsyncQueuePair::*pending,
                  uint32_t AsyncQueuePair::*room) noexcept;
   bool may_post_at_once(const detail::Operation* op) const noexcept;
   /// One work request on its own; 0 or the verbs error.
