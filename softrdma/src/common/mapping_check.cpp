@@ -40,7 +40,7 @@ constexpr uint64_t kVmaReadable = 0x01;
 constexpr uint64_t kVmaWritable = 0x02;
 constexpr uint64_t kVmaShared = 0x08;
 
-// Cleared for good once the kernel refuses the ioctl (older than 6.11).
+// Cleared for good once the kernel refuses the ioctl (older than 6.11, or a sandbox).
 // SOFTRDMA_PROCMAP_QUERY=0 starts without it, as such a kernel would (the tests' way to run
 // the text parser).
 bool query_allowed() {
@@ -67,11 +67,12 @@ Walk cover_by_query(uintptr_t start, uintptr_t end,
       q.vma_name_size = sizeof name;
     }
     if (ioctl(fd, kProcmapQuery, &q) != 0) {
-      if (errno == ENOTTY || errno == EINVAL || errno == E2BIG) {
+      if (errno == ENOENT) {
+        result = Walk::kNotCovered;  // a hole
+      } else {
+        // ENOTTY or EINVAL from an older kernel, or a sandbox's refusal: the text it is.
         g_query_works.store(false, std::memory_order_relaxed);
         result = Walk::kUnanswered;
-      } else {
-        result = Walk::kNotCovered;  // ENOENT: a hole; anything else: not known to be mapped
       }
       break;
     }
@@ -137,6 +138,7 @@ bool mappings_cover(uintptr_t start, uintptr_t end,
   if (g_query_works.load(std::memory_order_relaxed)) {
     const Walk w = cover_by_query(start, end, accepts, with_names);
     if (w != Walk::kUnanswered) return w == Walk::kCovered;
+    // Refused (in practice at the first question): the text walk starts again from `start`.
   }
   return cover_by_text(start, end, accepts);
 }
