@@ -64,8 +64,9 @@ void run_raw(Setup& s, uint32_t depth, uint64_t ops, size_t size, ibv_wr_opcode 
     wr.wr.rdma.remote_addr = target;
     wr.wr.rdma.rkey = s.mr.rkey();
   }
-  // Only a WRITE's bytes may travel inline.
-  const unsigned inline_flag = opcode == IBV_WR_RDMA_WRITE ? IBV_SEND_INLINE : 0;
+  // Only a WRITE's bytes may travel inline, as many as the QP takes.
+  const unsigned inline_flag =
+      opcode == IBV_WR_RDMA_WRITE && size <= s.qp.caps().inline_size ? IBV_SEND_INLINE : 0;
   std::array<ibv_wc, 32> wcs;
   uint64_t posted = 0, completed = 0;
   uint32_t outstanding = 0;
