@@ -8,12 +8,34 @@
 
 #include <cstddef>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 namespace softrdma {
 
 class InlineBytes {
  public:
+  // Copied and moved only as far as bytes are held: a kept request moves into the send
+  // queue's lists.
+  InlineBytes() = default;
+  InlineBytes(const InlineBytes& other) : size_(other.size_), heap_(other.heap_) {
+    if (size_ <= kHeld) std::memcpy(held_, other.held_, size_);
+  }
+  InlineBytes(InlineBytes&& other) noexcept : size_(other.size_), heap_(std::move(other.heap_)) {
+    if (size_ <= kHeld) std::memcpy(held_, other.held_, size_);
+  }
+  InlineBytes& operator=(const InlineBytes& other) {
+    if (this != &other) *this = InlineBytes(other);
+    return *this;
+  }
+  InlineBytes& operator=(InlineBytes&& other) noexcept {
+    if (this == &other) return *this;
+    size_ = other.size_;
+    heap_ = std::move(other.heap_);
+    if (size_ <= kHeld) std::memcpy(held_, other.held_, size_);
+    return *this;
+  }
+
   bool empty() const { return size_ == 0; }
   size_t size() const { return size_; }
   const char* data() const { return size_ <= kHeld ? held_ : heap_.data(); }
@@ -35,7 +57,7 @@ class InlineBytes {
  private:
   static constexpr size_t kHeld = 64;
   size_t size_ = 0;
-  char held_[kHeld]{};
+  char held_[kHeld];  // the first size_ bytes, when size_ <= kHeld
   std::vector<char> heap_;
 };
 

@@ -15,15 +15,16 @@ bool gather_local_payload(const Qp& qp, const SendWork& w, LocalPayload& out) {
   }
   if (w.send_flags & IBV_SEND_INLINE) {
     // Only while the post is under way: the application's buffers still hold the bytes.
-    for (int i = 0; i < w.num_sge; ++i)
-      if (w.sge[i].length)
+    for (int i = 0; i < w.sges.count; ++i)
+      if (w.sges.at[i].length)
         out.inline_iov[out.count++] =
-            iovec{reinterpret_cast<void*>(w.sge[i].addr), w.sge[i].length};
+            iovec{reinterpret_cast<void*>(w.sges.at[i].addr), w.sges.at[i].length};
     return true;
   }
   const uint32_t need =
       (w.opcode == IBV_WR_RDMA_READ || is_atomic(w.opcode)) ? IBV_ACCESS_LOCAL_WRITE : 0;
-  if (!pin_sge_list(out.pinned, w.sge, w.num_sge, self_process(), qp.pd_id, need)) return false;
+  if (!pin_sge_list(out.pinned, w.sges.at, w.sges.count, self_process(), qp.pd_id, need))
+    return false;
   out.iov = out.pinned.iov();
   out.count = out.pinned.count();
   return true;
@@ -31,7 +32,7 @@ bool gather_local_payload(const Qp& qp, const SendWork& w, LocalPayload& out) {
 
 void capture_inline(SendWork& w) {
   if (!(w.send_flags & IBV_SEND_INLINE) || !w.inline_data.empty()) return;
-  w.inline_data.assign(w.sge, w.num_sge);
+  w.inline_data.assign(w.sges.at, w.sges.count);
 }
 
 }  // namespace softrdma

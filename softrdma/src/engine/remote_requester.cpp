@@ -91,7 +91,8 @@ void go_back(Qp& qp, SendWork&& w) {
 // READ data and atomic results land in the requester's own registered buffers.
 bool deliver_result(Qp& qp, const SendWork& w, std::span<const char> payload) {
   PinnedRanges dest;
-  if (!pin_sge_list(dest, w.sge, w.num_sge, self_process(), qp.pd_id, IBV_ACCESS_LOCAL_WRITE))
+  if (!pin_sge_list(dest, w.sges.at, w.sges.count, self_process(), qp.pd_id,
+                    IBV_ACCESS_LOCAL_WRITE))
     return false;
   iovec src{const_cast<char*>(payload.data()), std::min<size_t>(payload.size(), dest.total())};
   return copy_to_process(self_process(), &src, src.iov_len ? 1 : 0, dest.iov(), dest.count()) == 0;

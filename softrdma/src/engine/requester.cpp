@@ -156,9 +156,7 @@ SendWork make_work(const Qp& qp, const ibv_send_wr& wr) {
   w.opcode = wr.opcode;
   w.send_flags = wr.send_flags;
   w.imm_data = wr.imm_data;
-  w.num_sge = wr.num_sge;
-  if (wr.num_sge > 0)
-    std::memcpy(w.sge, wr.sg_list, sizeof(ibv_sge) * static_cast<size_t>(wr.num_sge));
+  w.sges = SgeList(wr.sg_list, wr.num_sge);
   if (wr.opcode == IBV_WR_RDMA_WRITE || wr.opcode == IBV_WR_RDMA_WRITE_WITH_IMM ||
       wr.opcode == IBV_WR_RDMA_READ || wr.opcode == IBV_WR_ATOMIC_WRITE) {
     w.remote_addr = wr.wr.rdma.remote_addr;

@@ -54,7 +54,7 @@ bool is_atomic(ibv_wr_opcode op) {
 uint64_t payload_length(const SendWork& w) {
   if (!w.inline_data.empty()) return w.inline_data.size();
   uint64_t n = 0;
-  for (int i = 0; i < w.num_sge; ++i) n += w.sge[i].length;
+  for (int i = 0; i < w.sges.count; ++i) n += w.sges.at[i].length;
   return n;
 }
 

@@ -27,6 +27,7 @@
 #include "engine/region_cache.hpp"
 #include "engine/registry.hpp"
 #include "engine/responder.hpp"
+#include "engine/sge_list.hpp"
 #include "engine/shared_layout.hpp"
 #include "verbs/gid_table.hpp"
 
@@ -137,8 +138,7 @@ struct SendWork {
   ibv_wr_opcode opcode = IBV_WR_SEND;
   uint32_t send_flags = 0;
   uint32_t imm_data = 0;
-  int num_sge = 0;
-  ibv_sge sge[kMaxSge];     // the first num_sge are set
+  SgeList sges;
   InlineBytes inline_data;  // IBV_SEND_INLINE: the bytes, copied at post time
   uint64_t remote_addr = 0;
   uint32_t rkey = 0;
