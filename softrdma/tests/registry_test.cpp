@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <thread>
 
 #include "engine/registry.hpp"
 #include "gtest/gtest.h"
@@ -88,6 +89,53 @@ TEST_F(RegistryTest, AQpSlotThatAKilledPeerLeftHeldIsNeverClaimedAgain) {
     registry.release_qpn(qpn);
   }
   EXPECT_EQ(users.load(), 1u) << "a count is never zeroed under a late holder";
+}
+
+TEST_F(RegistryTest, AMarkNamesItsOneRequesterOrSaysMany) {
+  Registry& registry = Registry::instance();
+  std::atomic<uint32_t> mark{0};
+  const uint32_t a = registry.reacher_mark(registry.qpn_at(3));
+  const uint32_t b = registry.reacher_mark(registry.qpn_at(9));
+  Registry::note_reached_directly(mark, a);
+  EXPECT_EQ(mark.load(), a);
+  Registry::note_reached_directly(mark, a);
+  EXPECT_EQ(mark.load(), a);
+  Registry::note_reached_directly(mark, b);
+  EXPECT_EQ(mark.load(), Registry::kReachedByMany);
+  Registry::note_reached_directly(mark, a);
+  EXPECT_EQ(mark.load(), Registry::kReachedByMany) << "many stays many";
+}
+
+// Retiring a key waits for the announcement of the requester its mark names, and for every
+// requester's once several reached it.
+TEST_F(RegistryTest, RetiringAKeyWaitsForTheAnnouncementsItsMarkStandsFor) {
+  using namespace std::chrono;
+  Registry& registry = Registry::instance();
+  const uint32_t reacher = registry.claim_qpn(0, -1), other = registry.claim_qpn(0, -1);
+  ASSERT_TRUE(reacher != 0 && other != 0);
+  auto retire_while_announced = [&](uint32_t announcing, bool by_both) {
+    const uint32_t key = NewKey();
+    std::atomic<uint32_t>& mark = registry.mr_slot(key)->reached_directly;
+    Registry::note_reached_directly(mark, registry.reacher_mark(reacher));
+    if (by_both) Registry::note_reached_directly(mark, registry.reacher_mark(other));
+    std::atomic<uint64_t>& word = registry.direct_access(announcing).word;
+    word.store(DirectAccess::of(1, key));
+    std::thread ends([&word] {
+      std::this_thread::sleep_for(milliseconds(100));
+      word.store(0);
+    });
+    const auto start = steady_clock::now();
+    registry.release_mr(key);
+    const auto waited = steady_clock::now() - start;
+    ends.join();
+    return waited;
+  };
+  EXPECT_GE(retire_while_announced(reacher, false), milliseconds(90));
+  EXPECT_LT(retire_while_announced(other, false), milliseconds(90))
+      << "a requester that never marked the key cannot be inside it";
+  EXPECT_GE(retire_while_announced(other, true), milliseconds(90));
+  registry.release_qpn(reacher);
+  registry.release_qpn(other);
 }
 
 TEST_F(RegistryTest, DeregisteringAKeyAKilledAccessorHeldWaitsOnlyForItsBound) {

@@ -9,7 +9,7 @@ bool RegionCache::fill(Entry& e, const TargetQp& target, uint32_t key) {
   Registry& registry = Registry::instance();
   MrSlot* s = registry.mr_slot(key);
   if (!s) return false;
-  Registry::note_reached_directly(s->reached_directly);
+  Registry::note_reached_directly(s->reached_directly, reacher_);
   if (s->key.load(std::memory_order_seq_cst) != key) return false;
   // Announced and published: the description cannot change until the announcement ends.
   const bool cacheable = s->kind == KeyKind::kRegion && !(s->access & IBV_ACCESS_ON_DEMAND) &&

@@ -17,6 +17,9 @@ namespace softrdma {
 
 class RegionCache {
  public:
+  /// The owning QP's Registry::reacher_mark, noted in each region it fills an entry for.
+  void set_reacher(uint32_t mark) { reacher_ = mark; }
+
   /// Where an access lands: `here` is its first byte in this process, `host_addr` the same
   /// byte in the owner's address space.
   struct Reach {
@@ -72,6 +75,7 @@ class RegionCache {
   // Describes the region `key` names now into `e` (the caller has announced `key`).
   bool fill(Entry& e, const TargetQp& target, uint32_t key);
   Entry entries_[kEntries];
+  uint32_t reacher_ = Registry::kReachedByMany;  // until set: every announcement is looked at
 };
 
 }  // namespace softrdma

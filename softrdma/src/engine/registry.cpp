@@ -267,12 +267,15 @@ void describe_region(MrSlot& s, uint32_t pd_id, uint32_t access, uint64_t iova, 
 }
 }  // namespace
 
-void Registry::wait_for_direct_accessors(uint64_t mask, uint64_t value) {
+void Registry::wait_for_direct_accessors(uint32_t mark, uint64_t mask, uint64_t value) {
   using namespace std::chrono;
+  if (mark == 0) return;
   const auto deadline = steady_clock::now() + seconds(2);
   heavy_fence();  // pairs with the light fence after an announcement (direct_post.cpp)
-  const uint32_t high = header_->qp_high_water.load(std::memory_order_acquire);
-  for (uint32_t i = 0; i < high; ++i) {
+  const bool many = mark == kReachedByMany;
+  const uint32_t from = many ? 0 : mark - 1;
+  const uint32_t to = many ? header_->qp_high_water.load(std::memory_order_acquire) : mark;
+  for (uint32_t i = from; i < to && i < kQpCapacity; ++i) {
     const std::atomic<uint64_t>& word = direct_[i].word;
     for (int spins = 0; (word.load(std::memory_order_seq_cst) & mask) == value; ++spins) {
       // An access is a copy and a completion: long only for a large copy, or a dead owner.
@@ -289,8 +292,8 @@ void Registry::release_qpn(uint32_t qpn) {
   slot_word::set(s->state, SlotState::kClaimed, std::memory_order_seq_cst);
   wait_for_users(s->users);
   // Loaded after the state is unpublished: a requester that marks it later sees that state.
-  if (s->reached_directly.load(std::memory_order_seq_cst))
-    wait_for_direct_accessors(~uint64_t{0} << 32, DirectAccess::of(qpn, 0));
+  wait_for_direct_accessors(s->reached_directly.load(std::memory_order_seq_cst), ~uint64_t{0} << 32,
+                            DirectAccess::of(qpn, 0));
   slot_word::set(s->state, SlotState::kFree, std::memory_order_release);
 }
 
@@ -365,9 +368,9 @@ bool Registry::update_mr(uint32_t key, uint32_t pd_id, uint32_t access, uint64_t
 void Registry::wait_until_unused(uint32_t key) {
   wait_for_users(mr_users(key));
   // The caller unpublished the key first: a requester that marks the slot later sees that.
-  const MrSlot* s = mr_slot(key);
-  if (s && s->reached_directly.load(std::memory_order_seq_cst))
-    wait_for_direct_accessors(0xffffffffu, key);
+  if (const MrSlot* s = mr_slot(key))
+    wait_for_direct_accessors(s->reached_directly.load(std::memory_order_seq_cst), 0xffffffffu,
+                              key);
 }
 
 MrSlot* Registry::mr_slot(uint32_t key) {

@@ -56,8 +56,8 @@ struct alignas(64) QpSlot {  // one cache line: peers bump `users` on every requ
   uint64_t netns;
   uint64_t qp_offset;  // QpShared inside the owner's arena
   int32_t arena_fd;    // the owner's arena memfd, as numbered in the owner
-  // A same-host requester may announce accesses to it (Registry::note_reached_directly):
-  // only then must retiring it wait for announcements.
+  // Which same-host requesters may announce accesses to it (Registry::note_reached_directly):
+  // only then must retiring it wait for announcements, and only for theirs.
   std::atomic<uint32_t> reached_directly;
   uint64_t reserved;
 };
@@ -163,11 +163,24 @@ class Registry {
   QpSlot* qp_slot(uint32_t qpn);
   /// The word in which QP `qpn` of this registry announces its same-host accesses.
   DirectAccess& direct_access(uint32_t qpn) { return direct_[qpn - first_qpn_]; }
-  /// Marks a QP or region slot as one that announced accesses may reach; before the first
-  /// announcement naming it, and before the checks that follow it. Retiring a slot never so
-  /// marked skips the fence and the scan of the announcements.
-  static void note_reached_directly(std::atomic<uint32_t>& flag) {
-    if (flag.load(std::memory_order_seq_cst) == 0) flag.exchange(1, std::memory_order_seq_cst);
+  /// A QP slot's `reached_directly` mark names the requester QP that announces accesses to
+  /// it (its direct_access word), or says that several may.
+  static constexpr uint32_t kReachedByMany = ~uint32_t{0};
+  uint32_t reacher_mark(uint32_t qpn) const { return qpn - first_qpn_ + 1; }
+  static_assert(kQpCapacity < kReachedByMany, "a mark names a QP slot, or many");
+  /// Marks a QP or region slot as one that requester `by` (reacher_mark) may reach with
+  /// announced accesses; before its first announcement naming it, and before the checks
+  /// that follow it. Retiring a slot never so marked skips the fence and the look at the
+  /// announcements; one marked by a single requester looks at its word alone, not at every
+  /// QP's (a long-lived registry's QP slots run into the thousands).
+  static void note_reached_directly(std::atomic<uint32_t>& mark, uint32_t by) {
+    uint32_t seen = mark.load(std::memory_order_seq_cst);
+    while (seen != by && seen != kReachedByMany) {
+      // An RMW, as the retirer's unpublishing store and load of the mark pair with it.
+      if (mark.compare_exchange_weak(seen, seen == 0 ? by : kReachedByMany,
+                                     std::memory_order_seq_cst))
+        return;
+    }
   }
 
   /// Registers a memory region; returns its key, or 0 when the table is full.
@@ -219,7 +232,9 @@ class Registry {
   MrSlot* claim_key_slot(KeyKind kind, uint32_t pd_id, uint32_t& key);
   static void publish_key(MrSlot& s, uint32_t key);
   // Waits (bounded) until no live QP's DirectAccess word, masked, equals `value`.
-  void wait_for_direct_accessors(uint64_t mask, uint64_t value);
+  /// Waits until no announcement that `mark` (a slot's reached_directly) may stand for
+  /// names (word & mask) == value.
+  void wait_for_direct_accessors(uint32_t mark, uint64_t mask, uint64_t value);
   Header* header_;
   uint32_t qpn_range_;
   uint32_t first_qpn_;

@@ -30,7 +30,8 @@ bool find_local_peer(Qp& qp, const SendWork& w, TargetQp& scratch, TargetQp*& ta
   if (qp.peer.slot && qp.peer.current()) return true;
   // The connected QP: the fast path (direct_post) may announce accesses to it from now on.
   if (QpSlot* slot = Registry::instance().qp_slot(qp.attr.dest_qp_num))
-    Registry::note_reached_directly(slot->reached_directly);
+    Registry::note_reached_directly(slot->reached_directly,
+                                    Registry::instance().reacher_mark(qp.qpx.qp_base.qp_num));
   return resolve_local_qp(qp.attr.dest_qp_num, qp.peer);
 }
 

@@ -83,6 +83,7 @@ ibv_qp* create_qp(ibv_context* context, ibv_qp_init_attr_ex& a) {
     return nullptr;
   }
   q->direct_access = &Registry::instance().direct_access(qpn);
+  q->region_cache.set_reacher(Registry::instance().reacher_mark(qpn));
   q->shared = arena.at<QpShared>(q->offset);
   QpShared& s = *q->shared;
   s.state.store(IBV_QPS_RESET);
