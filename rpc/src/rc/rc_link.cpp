@@ -193,13 +193,14 @@ bool RcLink::write_pending(bool with_credits) {
                                         in_[1].released != in_[1].released_told);
   if (!spans && !pulls && !credits) return true;
   if (sends_outstanding_ + kMost > send_depth_) return false;
-  std::array<ibv_send_wr, kMost> wrs{};
-  std::array<ibv_sge, kMost> sges{};
+  // Each entry is cleared as it is used (a flush is mostly one span, not kMost).
+  std::array<ibv_send_wr, kMost> wrs;
+  std::array<ibv_sge, kMost> sges;
   size_t n = 0;
   bool carried[2] = {false, false};
   const uint64_t peer_ring = setup_.peer_ring_bytes;
   auto write = [&](uint32_t imm, uint64_t remote_offset, const std::byte* local, uint32_t bytes) {
-    ibv_send_wr& wr = wrs[n];
+    ibv_send_wr& wr = wrs[n] = {};
     wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
     wr.imm_data = htonl(imm);
     wr.wr.rdma.remote_addr = peer_->base + remote_offset;
@@ -251,7 +252,7 @@ bool RcLink::write_pending(bool with_credits) {
     // No traffic carries them: write them into the peer's control block.
     block.released[0] = in_[0].released_told = in_[0].released;
     block.released[1] = in_[1].released_told = in_[1].released;
-    ibv_send_wr& wr = wrs[n];
+    ibv_send_wr& wr = wrs[n] = {};
     sges[n] = {reinterpret_cast<uintptr_t>(&block), sizeof block, 0};
     wr.opcode = IBV_WR_RDMA_WRITE;
     wr.sg_list = &sges[n];
