@@ -231,9 +231,8 @@ class Registry {
   // An MR slot claimed for this process with its key chosen; published by publish_key.
   MrSlot* claim_key_slot(KeyKind kind, uint32_t pd_id, uint32_t& key);
   static void publish_key(MrSlot& s, uint32_t key);
-  // Waits (bounded) until no live QP's DirectAccess word, masked, equals `value`.
-  /// Waits until no announcement that `mark` (a slot's reached_directly) may stand for
-  /// names (word & mask) == value.
+  // Waits (bounded) until no DirectAccess word that `mark` (a slot's reached_directly) may
+  // stand for, masked, equals `value`.
   void wait_for_direct_accessors(uint32_t mark, uint64_t mask, uint64_t value);
   Header* header_;
   uint32_t qpn_range_;
