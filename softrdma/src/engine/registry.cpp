@@ -30,7 +30,9 @@ struct Registry::Header {
 namespace {
 
 constexpr uint64_t kMagic = 0x38764d4452544653ull;  // "SFTRDMv8"
-constexpr uint32_t kLayoutVersion = 11;
+// 12: a slot's reached_directly names its one requester (11 said only "some"); a library
+// of each in one registry would trust each other's marks wrongly.
+constexpr uint32_t kLayoutVersion = 12;
 constexpr size_t kHeaderBytes = 4096;
 constexpr size_t kQpBytes = sizeof(QpSlot) * Registry::kQpCapacity;
 constexpr size_t kMrBytes = sizeof(MrSlot) * Registry::kMrCapacity;
