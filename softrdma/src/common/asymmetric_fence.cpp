@@ -5,8 +5,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <cstdlib>
-#include <cstring>
+#include "common/env_switch.hpp"
 
 namespace softrdma {
 namespace detail {
@@ -22,8 +21,7 @@ long membarrier(int command) {
 // SOFTRDMA_MEMBARRIER=0 leaves the process unregistered, as a sandbox that refuses the
 // call would: the fallback (locked instructions on the common side) is then what runs.
 void register_process() {
-  const char* wanted = std::getenv("SOFTRDMA_MEMBARRIER");
-  const bool refused = wanted && std::strcmp(wanted, "0") == 0;
+  const bool refused = switched_off("SOFTRDMA_MEMBARRIER");
   g_light_fences.store(!refused && membarrier(MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED) == 0,
                        std::memory_order_relaxed);
 }

@@ -10,8 +10,8 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
+
+#include "common/env_switch.hpp"
 
 namespace softrdma {
 namespace {
@@ -43,11 +43,7 @@ constexpr uint64_t kVmaShared = 0x08;
 // Cleared for good once the kernel refuses the ioctl (older than 6.11, or a sandbox).
 // SOFTRDMA_PROCMAP_QUERY=0 starts without it, as such a kernel would (the tests' way to run
 // the text parser).
-bool query_allowed() {
-  const char* wanted = std::getenv("SOFTRDMA_PROCMAP_QUERY");
-  return !(wanted && std::strcmp(wanted, "0") == 0);
-}
-std::atomic<bool> g_query_works{query_allowed()};
+std::atomic<bool> g_query_works{!switched_off("SOFTRDMA_PROCMAP_QUERY")};
 
 enum class Walk { kCovered, kNotCovered, kUnanswered };
 

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <string>
 
+#include "common/env_switch.hpp"
 #include "verbs/device_limits.hpp"
 #include "view/private_mounts.hpp"
 #include "view/sysfs_tree.hpp"
@@ -31,8 +32,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: softrdma-view COMMAND [ARGS...]\n");
     return 2;
   }
-  const char* setting = std::getenv("SOFTRDMA_DEVICE_VIEW");
-  if (!(setting && std::strcmp(setting, "0") == 0) && !device_visible()) {
+  if (!softrdma::switched_off("SOFTRDMA_DEVICE_VIEW") && !device_visible()) {
     std::string failure = softrdma::view::enter_private_mount_namespace();
     if (failure.empty()) failure = softrdma::view::show_device(softrdma::view::write_sysfs_tree);
     if (!failure.empty())
