@@ -21,6 +21,7 @@ struct SgeList {
   SgeList(const ibv_sge* sge, int n) : count(n) { copy_from(sge); }
   SgeList(const SgeList& other) : count(other.count) { copy_from(other.at); }
   SgeList& operator=(const SgeList& other) {
+    if (this == &other) return *this;  // memcpy onto itself is undefined
     count = other.count;
     copy_from(other.at);
     return *this;
