@@ -33,32 +33,41 @@ class RegistryTest : public ::testing::Test {
     return key;
   }
 
-  // A child takes `users` as an accessor does (a count that retiring its slot waits to
-  // drain) and is killed before it lets go.
-  static void HoldAndDie(std::atomic<uint32_t>& users) {
+  // A child does `act` (takes a count that retiring a slot waits to drain, as an accessor
+  // does) and is killed before it lets go. Returns the child's pid, reaped.
+  template <class Act>
+  static pid_t ActAndDie(Act act) {
     const pid_t child = fork();
-    ASSERT_GE(child, 0);
+    EXPECT_GE(child, 0);
     if (child == 0) {
-      users.fetch_add(1);
+      act();
       raise(SIGKILL);
       _exit(1);
     }
     int status = 0;
-    ASSERT_EQ(waitpid(child, &status, 0), child);
-    ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
-    ASSERT_EQ(users.load(), 1u);
+    EXPECT_EQ(waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    return child;
   }
-  static void PinAndDie(uint32_t key) { HoldAndDie(Registry::instance().mr_users(key)); }
+  // An unnamed pin: one taken while every named place was held by other processes.
+  static void PinUnnamedAndDie(uint32_t key) {
+    RegionPins& pins = Registry::instance().mr_pins(key);
+    ActAndDie([&pins] { pins.unnamed.fetch_add(1); });
+    ASSERT_EQ(pins.unnamed.load(), 1u);
+  }
+  static uint64_t Named(pid_t pid, uint32_t pins) {
+    return uint64_t{static_cast<uint32_t>(pid)} << 32 | pins;
+  }
 
   static inline std::filesystem::path path_;
 };
 
-TEST_F(RegistryTest, AKeySlotThatAKilledAccessorLeftPinnedIsNeverClaimedAgain) {
+TEST_F(RegistryTest, AKeySlotThatAKilledAccessorLeftAnUnnamedPinInIsNeverClaimedAgain) {
   Registry& registry = Registry::instance();
   const uint32_t stale = NewKey();
   const uint32_t poisoned = Registry::mr_index(stale);
   registry.release_mr(stale);
-  ASSERT_NO_FATAL_FAILURE(PinAndDie(stale));  // pinned the stale key: the count stays up
+  ASSERT_NO_FATAL_FAILURE(PinUnnamedAndDie(stale));  // pinned the stale key: the count stays up
 
   // Claims go round the whole table (each key released again), passing over that slot.
   for (uint32_t i = 0; i < Registry::kMrCapacity; ++i) {
@@ -80,7 +89,8 @@ TEST_F(RegistryTest, AQpSlotThatAKilledPeerLeftHeldIsNeverClaimedAgain) {
   ASSERT_NE(stale, 0u);
   std::atomic<uint32_t>& users = registry.qp_slot(stale)->users;
   registry.release_qpn(stale);
-  ASSERT_NO_FATAL_FAILURE(HoldAndDie(users));  // a request to the gone QP, never finished
+  ActAndDie([&users] { users.fetch_add(1); });  // a request to the gone QP, never finished
+  ASSERT_EQ(users.load(), 1u);
 
   for (uint32_t i = 0; i < Registry::kQpCapacity; ++i) {
     const uint32_t qpn = registry.claim_qpn(0, -1);
@@ -138,14 +148,78 @@ TEST_F(RegistryTest, RetiringAKeyWaitsForTheAnnouncementsItsMarkStandsFor) {
   registry.release_qpn(other);
 }
 
-TEST_F(RegistryTest, DeregisteringAKeyAKilledAccessorHeldWaitsOnlyForItsBound) {
+TEST_F(RegistryTest, DeregisteringAKeyAKilledAccessorHeldUnnamedWaitsOnlyForItsBound) {
   Registry& registry = Registry::instance();
   const uint32_t key = NewKey();
-  ASSERT_NO_FATAL_FAILURE(PinAndDie(key));
+  ASSERT_NO_FATAL_FAILURE(PinUnnamedAndDie(key));
   const auto start = std::chrono::steady_clock::now();
   registry.release_mr(key);  // cannot tell a dead accessor from a slow one: waits, bounded
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
   EXPECT_EQ(registry.mr_slot(key)->key.load(), 0u) << "the key is retired all the same";
+}
+
+TEST_F(RegistryTest, DeregisteringAKeyAKilledAccessorPinnedDoesNotWaitForIt) {
+  using namespace std::chrono;
+  Registry& registry = Registry::instance();
+  const uint32_t key = NewKey();
+  RegionPins& pins = registry.mr_pins(key);
+  const pid_t dead = ActAndDie([&pins] {
+    pins.pin();
+    pins.pin();
+  });
+  ASSERT_EQ(pins.named[0].load(), Named(dead, 2));
+  const auto start = steady_clock::now();
+  registry.release_mr(key);
+  EXPECT_LT(steady_clock::now() - start, milliseconds(500)) << "the dead pinner was waited for";
+  EXPECT_EQ(registry.mr_slot(key)->key.load(), 0u);
+  EXPECT_EQ(pins.named[0].load(), 0u) << "its place is free again";
+
+  // And the slot is not passed over: a round of claims over the whole table comes back to it.
+  bool claimed_again = false;
+  for (uint32_t i = 0; i < Registry::kMrCapacity && !claimed_again; ++i) {
+    const uint32_t next = NewKey();
+    claimed_again = Registry::mr_index(next) == Registry::mr_index(key);
+    registry.release_mr(next);
+  }
+  EXPECT_TRUE(claimed_again);
+}
+
+TEST(RegionPinsTest, APinIsHeldUnderItsProcessUntilDropped) {
+  RegionPins pins;
+  pins.pin();
+  pins.pin();
+  EXPECT_EQ(pins.named[0].load() >> 32, static_cast<uint32_t>(getpid()));
+  EXPECT_EQ(pins.named[0].load() & 0xffffffffu, 2u) << "one place per process";
+  EXPECT_FALSE(pins.drained_but_for_the_dead()) << "this process lives";
+  pins.unpin();
+  EXPECT_FALSE(pins.drained_but_for_the_dead());
+  pins.unpin();
+  EXPECT_EQ(pins.named[0].load(), 0u);
+  EXPECT_TRUE(pins.drained_but_for_the_dead());
+}
+
+TEST(RegionPinsTest, PinsBeyondTheNamedPlacesAreCountedUnnamed) {
+  RegionPins pins;
+  const auto held_by = [](pid_t pid) { return uint64_t{static_cast<uint32_t>(pid)} << 32 | 1; };
+  for (auto& place : pins.named) place.store(held_by(1));  // init: alive for the test's life
+  pins.pin();
+  EXPECT_EQ(pins.unnamed.load(), 1u);
+  EXPECT_FALSE(pins.drained_but_for_the_dead());
+  pins.unpin();
+  EXPECT_EQ(pins.unnamed.load(), 0u);
+  for (auto& place : pins.named) EXPECT_EQ(place.load(), held_by(1)) << "others' pins stay";
+  EXPECT_FALSE(pins.drained_but_for_the_dead()) << "their processes live";
+}
+
+TEST(RegionPinsTest, ThePlacesOfDeadProcessesAreFreed) {
+  RegionPins pins;
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) _exit(0);
+  ASSERT_EQ(waitpid(child, nullptr, 0), child);
+  pins.named[3].store(uint64_t{static_cast<uint32_t>(child)} << 32 | 5);
+  EXPECT_TRUE(pins.drained_but_for_the_dead());
+  EXPECT_EQ(pins.named[3].load(), 0u);
 }
 
 }  // namespace

@@ -21,11 +21,11 @@ bool admits(const MrSlot& s, uint64_t addr, uint64_t length, const ProcessId& ow
   return addr >= s.iova && length <= s.length && addr - s.iova <= s.length - length;
 }
 
-bool pin_published(const MrSlot& s, std::atomic<uint32_t>& users, uint32_t key) {
-  users.fetch_add(1, std::memory_order_seq_cst);
-  // Re-checked after pinning: retiring a key clears it, then waits for users to drain.
+bool pin_published(const MrSlot& s, RegionPins& pins, uint32_t key) {
+  pins.pin();
+  // Re-checked after pinning: retiring a key clears it, then waits for the pins to drain.
   if (s.key.load(std::memory_order_seq_cst) == key) return true;
-  users.fetch_sub(1, std::memory_order_release);
+  pins.unpin();
   return false;
 }
 
@@ -53,11 +53,11 @@ MrSlot* pin_key(uint32_t key, bool pin) {
   MrSlot* s = registry.mr_slot(key);
   if (!s || s->key.load(std::memory_order_acquire) != key) return nullptr;
   if (!pin) return s;
-  return pin_published(*s, registry.mr_users(key), key) ? s : nullptr;
+  return pin_published(*s, registry.mr_pins(key), key) ? s : nullptr;
 }
 
 void unpin_key(uint32_t key) {
-  Registry::instance().mr_users(key).fetch_sub(1, std::memory_order_release);
+  Registry::instance().mr_pins(key).unpin();
 }
 
 }  // namespace
@@ -84,8 +84,7 @@ bool PinnedRanges::add(uint32_t key, uint64_t addr, uint64_t length, const Proce
     if (pin_) unpin_key(key);
     return false;
   }
-  std::atomic<uint32_t>& users = Registry::instance().mr_users(key);
-  users_[count_] = &users;
+  pins_[count_] = &Registry::instance().mr_pins(key);
   iov_[count_] = iovec{reinterpret_cast<void*>(s->host_addr + (addr - s->iova)), length};
   char* here = map_region(*s, owner, addr, length);
   if (!here && owner == self_process()) {  // a hole in an on-demand region of our own
@@ -102,7 +101,7 @@ bool PinnedRanges::add(uint32_t key, uint64_t addr, uint64_t length, const Proce
 
 void PinnedRanges::release() {
   if (pin_)
-    for (int i = 0; i < count_; ++i) users_[i]->fetch_sub(1, std::memory_order_release);
+    for (int i = 0; i < count_; ++i) pins_[i]->unpin();
   count_ = 0;
   total_ = 0;
   all_mapped_ = true;

@@ -31,17 +31,18 @@ namespace {
 
 constexpr uint64_t kMagic = 0x38764d4452544653ull;  // "SFTRDMv8"
 // 12: a slot's reached_directly names its one requester (11 said only "some"); a library
-// of each in one registry would trust each other's marks wrongly.
-constexpr uint32_t kLayoutVersion = 12;
+// of each in one registry would trust each other's marks wrongly. 13: a region's pins are
+// held under their processes' pids (RegionPins), where 12 kept one bare count.
+constexpr uint32_t kLayoutVersion = 13;
 constexpr size_t kHeaderBytes = 4096;
 constexpr size_t kQpBytes = sizeof(QpSlot) * Registry::kQpCapacity;
 constexpr size_t kMrBytes = sizeof(MrSlot) * Registry::kMrCapacity;
-constexpr size_t kMrUsersBytes = sizeof(MrUsers) * Registry::kMrCapacity;
+constexpr size_t kMrPinsBytes = sizeof(RegionPins) * Registry::kMrCapacity;
 constexpr size_t kDirectBytes = sizeof(DirectAccess) * Registry::kQpCapacity;
 constexpr size_t kLockBytes = sizeof(ProcessLock) * Registry::kAtomicStripes;
 constexpr size_t kMcastBytes = sizeof(McastSlot) * Registry::kMcastCapacity;
 constexpr size_t kFileBytes =
-    kHeaderBytes + kQpBytes + kMrBytes + kMrUsersBytes + kLockBytes + kMcastBytes + kDirectBytes;
+    kHeaderBytes + kQpBytes + kMrBytes + kMrPinsBytes + kLockBytes + kMcastBytes + kDirectBytes;
 
 std::string registry_path() {
   if (const char* p = std::getenv("SOFTRDMA_REGISTRY")) return p;
@@ -197,12 +198,12 @@ Registry::Registry(void* base, uint32_t qpn_range)
       first_qpn_(kFirstQpn + qpn_range * kQpCapacity),
       qps_(reinterpret_cast<QpSlot*>(static_cast<char*>(base) + kHeaderBytes)),
       mrs_(reinterpret_cast<MrSlot*>(static_cast<char*>(base) + kHeaderBytes + kQpBytes)),
-      mr_users_(reinterpret_cast<MrUsers*>(static_cast<char*>(base) + kHeaderBytes + kQpBytes +
-                                           kMrBytes)),
+      mr_pins_(reinterpret_cast<RegionPins*>(static_cast<char*>(base) + kHeaderBytes + kQpBytes +
+                                             kMrBytes)),
       atomic_locks_(reinterpret_cast<ProcessLock*>(static_cast<char*>(base) + kHeaderBytes +
-                                                   kQpBytes + kMrBytes + kMrUsersBytes)),
+                                                   kQpBytes + kMrBytes + kMrPinsBytes)),
       mcasts_(reinterpret_cast<McastSlot*>(static_cast<char*>(base) + kHeaderBytes + kQpBytes +
-                                           kMrBytes + kMrUsersBytes + kLockBytes)),
+                                           kMrBytes + kMrPinsBytes + kLockBytes)),
       direct_(
           reinterpret_cast<DirectAccess*>(static_cast<char*>(base) + kFileBytes - kDirectBytes)) {
   // A zero-filled file is a valid empty registry; the magic only marks the layout.
@@ -243,12 +244,14 @@ QpSlot* Registry::qp_slot(uint32_t qpn) {
 }
 
 namespace {
-// Waits (bounded) until no peer is inside an entry being retired. A peer that died inside
-// cannot touch memory any more, so the bound only matters for a dead accessor.
-void wait_for_users(std::atomic<uint32_t>& users) {
+// Waits (bounded) until `drained()`: no peer is inside an entry being retired. A peer that
+// died inside cannot touch memory any more, so the bound only matters for a dead accessor
+// whose death the entry cannot show.
+template <class Drained>
+void wait_until_drained(Drained drained) {
   using namespace std::chrono;
   const auto deadline = steady_clock::now() + seconds(2);
-  for (int i = 0; users.load(std::memory_order_acquire) != 0; ++i) {
+  for (int i = 0; !drained(); ++i) {
     if (steady_clock::now() > deadline) break;
     if (i > 100) std::this_thread::sleep_for(microseconds(50));
   }
@@ -292,7 +295,7 @@ void Registry::release_qpn(uint32_t qpn) {
   QpSlot* s = qp_slot(qpn);
   if (!s) return;
   slot_word::set(s->state, SlotState::kClaimed, std::memory_order_seq_cst);
-  wait_for_users(s->users);
+  wait_until_drained([s] { return s->users.load(std::memory_order_acquire) == 0; });
   // Loaded after the state is unpublished: a requester that marks it later sees that state.
   wait_for_direct_accessors(s->reached_directly.load(std::memory_order_seq_cst), ~uint64_t{0} << 32,
                             DirectAccess::of(qpn, 0));
@@ -301,13 +304,12 @@ void Registry::release_qpn(uint32_t qpn) {
 
 MrSlot* Registry::claim_key_slot(KeyKind kind, uint32_t pd_id, uint32_t& key) {
   uint32_t index = 0;
-  // A slot whose users never drained is left alone: a process killed while it pinned the
-  // region keeps its count up for good, and a region registered there would make its
-  // ibv_dereg_mr wait out the bound of wait_for_users. (A pin of a stale key, which drops
-  // at once, only moves a claim on to the next slot.)
-  MrSlot* s = claim_slot(mrs_, kMrCapacity, header_->next_mr, index, [this](uint32_t i) {
-    return mr_users_[i].count.load(std::memory_order_acquire) == 0;
-  });
+  // A slot whose pins never drained is left alone: an unnamed pin of a process killed while
+  // it held it stays for good, and a region registered there would make its ibv_dereg_mr
+  // wait out the bound of wait_until_drained. (A pin of a stale key, which drops at once,
+  // only moves a claim on to the next slot.)
+  MrSlot* s = claim_slot(mrs_, kMrCapacity, header_->next_mr, index,
+                         [this](uint32_t i) { return mr_pins_[i].drained_but_for_the_dead(); });
   if (!s) return nullptr;
   const ProcessId& me = self_process();
   s->pid = me.pid;
@@ -368,7 +370,8 @@ bool Registry::update_mr(uint32_t key, uint32_t pd_id, uint32_t access, uint64_t
 }
 
 void Registry::wait_until_unused(uint32_t key) {
-  wait_for_users(mr_users(key));
+  RegionPins& pins = mr_pins(key);
+  wait_until_drained([&pins] { return pins.drained_but_for_the_dead(); });
   // The caller unpublished the key first: a requester that marks the slot later sees that.
   if (const MrSlot* s = mr_slot(key))
     wait_for_direct_accessors(s->reached_directly.load(std::memory_order_seq_cst), 0xffffffffu,

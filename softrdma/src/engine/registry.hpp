@@ -15,6 +15,7 @@
 
 #include "common/process_identity.hpp"
 #include "common/process_lock.hpp"
+#include "engine/region_pins.hpp"
 #include "engine/shared_pages.hpp"
 
 namespace softrdma {
@@ -68,7 +69,7 @@ enum class KeyKind : uint32_t { kRegion = 0, kWindowType1 = 1, kWindowType2 = 2 
 
 /// A registered memory region or a memory window, looked up by its key (for a region,
 /// lkey == rkey). Read-mostly: the counter that accessors bump lives in its own cache line
-/// (MrUsers). A window's iova/length/access are those it is bound with (length 0: unbound).
+/// (RegionPins). A window's iova/length/access are those it is bound with (length 0: unbound).
 struct alignas(64) MrSlot {
   std::atomic<uint32_t> state;
   std::atomic<uint32_t> key;  // 0 while not live
@@ -104,11 +105,6 @@ struct alignas(64) McastSlot {
   uint8_t gid[16];
 };
 static_assert(sizeof(McastSlot) == 64);
-
-/// Accessors copying into or out of a region right now; ibv_dereg_mr waits for zero.
-struct alignas(64) MrUsers {
-  std::atomic<uint32_t> count;
-};
 
 /// What a requester QP's same-host access relies on right now (engine/direct_post.cpp):
 /// the target QP's number and the key of the region it reaches, announced before either is
@@ -197,8 +193,8 @@ class Registry {
   uint32_t claim_window(uint32_t pd_id, KeyKind kind);
   /// The slot of `key`, or nullptr when the key is malformed. The caller checks liveness.
   MrSlot* mr_slot(uint32_t key);
-  /// The users counter of the slot `key` names (key not 0).
-  std::atomic<uint32_t>& mr_users(uint32_t key) { return mr_users_[mr_index(key)].count; }
+  /// The accessors inside the slot `key` names (key not 0).
+  RegionPins& mr_pins(uint32_t key) { return mr_pins_[mr_index(key)]; }
   static uint32_t mr_index(uint32_t key) { return (key >> kMrIndexShift) & (kMrCapacity - 1); }
   /// Waits (bounded) until no accessor that pinned or announced `key` is inside any more.
   void wait_until_unused(uint32_t key);
@@ -239,7 +235,7 @@ class Registry {
   uint32_t first_qpn_;
   QpSlot* qps_;
   MrSlot* mrs_;
-  MrUsers* mr_users_;
+  RegionPins* mr_pins_;
   ProcessLock* atomic_locks_;
   McastSlot* mcasts_;
   DirectAccess* direct_;

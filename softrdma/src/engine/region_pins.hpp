@@ -1,0 +1,32 @@
+// Who is inside an access to a region right now: ibv_dereg_mr waits until nobody is. Each
+// accessing process holds its pins under its pid, so a process killed inside an access
+// (whose pins never drop) is told from a slow one and not waited for. Pins of more processes
+// at once than there are named places are counted without a name, and an unnamed pin of a
+// process that died is waited for as long as the caller bounds the wait.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+namespace softrdma {
+
+struct alignas(64) RegionPins {
+  static constexpr int kNamed = 7;
+
+  /// Pins the region for this process (a locked instruction, ordered as seq_cst).
+  void pin();
+  /// Drops one pin of this process (a release: its accesses come before).
+  void unpin();
+  /// Nobody but dead processes holds a pin; the places of the dead are freed. Looks up
+  /// whether a pinning process lives only while it still holds pins.
+  bool drained_but_for_the_dead();
+
+  std::atomic<uint32_t> unnamed{0};
+  uint32_t pad = 0;
+  // pid << 32 | pins; 0 when free. A process may hold several places (two of its threads
+  // may take a free one at once); its pins are the sum.
+  std::atomic<uint64_t> named[kNamed] = {};
+};
+static_assert(sizeof(RegionPins) == 64, "one line per registry key slot");
+
+}  // namespace softrdma
