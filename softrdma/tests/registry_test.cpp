@@ -51,7 +51,7 @@ class RegistryTest : public ::testing::Test {
   }
   // An unnamed pin: one taken while every named place was held by other processes.
   static void PinUnnamedAndDie(uint32_t key) {
-    RegionPins& pins = Registry::instance().mr_pins(key);
+    EntryPins& pins = Registry::instance().mr_pins(key);
     ActAndDie([&pins] { pins.unnamed.fetch_add(1); });
     ASSERT_EQ(pins.unnamed.load(), 1u);
   }
@@ -83,14 +83,15 @@ TEST_F(RegistryTest, AKeySlotThatAKilledAccessorLeftAnUnnamedPinInIsNeverClaimed
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(500));
 }
 
-TEST_F(RegistryTest, AQpSlotThatAKilledPeerLeftHeldIsNeverClaimedAgain) {
+TEST_F(RegistryTest, AQpSlotThatAKilledPeerLeftAnUnnamedHoldInIsNeverClaimedAgain) {
   Registry& registry = Registry::instance();
   const uint32_t stale = registry.claim_qpn(0, -1);
   ASSERT_NE(stale, 0u);
-  std::atomic<uint32_t>& users = registry.qp_slot(stale)->users;
+  EntryPins& pins = registry.qp_pins(*registry.qp_slot(stale));
   registry.release_qpn(stale);
-  ActAndDie([&users] { users.fetch_add(1); });  // a request to the gone QP, never finished
-  ASSERT_EQ(users.load(), 1u);
+  // A request to the gone QP, never finished, held while every named place was taken.
+  ActAndDie([&pins] { pins.unnamed.fetch_add(1); });
+  ASSERT_EQ(pins.unnamed.load(), 1u);
 
   for (uint32_t i = 0; i < Registry::kQpCapacity; ++i) {
     const uint32_t qpn = registry.claim_qpn(0, -1);
@@ -98,7 +99,21 @@ TEST_F(RegistryTest, AQpSlotThatAKilledPeerLeftHeldIsNeverClaimedAgain) {
     ASSERT_NE(qpn, stale) << "claimed after " << i << " others";
     registry.release_qpn(qpn);
   }
-  EXPECT_EQ(users.load(), 1u) << "a count is never zeroed under a late holder";
+  EXPECT_EQ(pins.unnamed.load(), 1u) << "a count is never zeroed under a late holder";
+}
+
+TEST_F(RegistryTest, DestroyingAQpAKilledPeerHeldDoesNotWaitForIt) {
+  using namespace std::chrono;
+  Registry& registry = Registry::instance();
+  const uint32_t qpn = registry.claim_qpn(0, -1);
+  ASSERT_NE(qpn, 0u);
+  EntryPins& pins = registry.qp_pins(*registry.qp_slot(qpn));
+  const pid_t dead = ActAndDie([&pins] { pins.pin(); });  // killed while delivering into it
+  ASSERT_EQ(pins.named[0].load(), Named(dead, 1));
+  const auto start = steady_clock::now();
+  registry.release_qpn(qpn);
+  EXPECT_LT(steady_clock::now() - start, milliseconds(500)) << "the dead peer was waited for";
+  EXPECT_EQ(pins.named[0].load(), 0u) << "its place is free again";
 }
 
 TEST_F(RegistryTest, AMarkNamesItsOneRequesterOrSaysMany) {
@@ -162,7 +177,7 @@ TEST_F(RegistryTest, DeregisteringAKeyAKilledAccessorPinnedDoesNotWaitForIt) {
   using namespace std::chrono;
   Registry& registry = Registry::instance();
   const uint32_t key = NewKey();
-  RegionPins& pins = registry.mr_pins(key);
+  EntryPins& pins = registry.mr_pins(key);
   const pid_t dead = ActAndDie([&pins] {
     pins.pin();
     pins.pin();
@@ -184,8 +199,8 @@ TEST_F(RegistryTest, DeregisteringAKeyAKilledAccessorPinnedDoesNotWaitForIt) {
   EXPECT_TRUE(claimed_again);
 }
 
-TEST(RegionPinsTest, APinIsHeldUnderItsProcessUntilDropped) {
-  RegionPins pins;
+TEST(EntryPinsTest, APinIsHeldUnderItsProcessUntilDropped) {
+  EntryPins pins;
   pins.pin();
   pins.pin();
   EXPECT_EQ(pins.named[0].load() >> 32, static_cast<uint32_t>(getpid()));
@@ -198,8 +213,8 @@ TEST(RegionPinsTest, APinIsHeldUnderItsProcessUntilDropped) {
   EXPECT_TRUE(pins.drained_but_for_the_dead());
 }
 
-TEST(RegionPinsTest, PinsBeyondTheNamedPlacesAreCountedUnnamed) {
-  RegionPins pins;
+TEST(EntryPinsTest, PinsBeyondTheNamedPlacesAreCountedUnnamed) {
+  EntryPins pins;
   const auto held_by = [](pid_t pid) { return uint64_t{static_cast<uint32_t>(pid)} << 32 | 1; };
   for (auto& place : pins.named) place.store(held_by(1));  // init: alive for the test's life
   pins.pin();
@@ -211,8 +226,8 @@ TEST(RegionPinsTest, PinsBeyondTheNamedPlacesAreCountedUnnamed) {
   EXPECT_FALSE(pins.drained_but_for_the_dead()) << "their processes live";
 }
 
-TEST(RegionPinsTest, ThePlacesOfDeadProcessesAreFreed) {
-  RegionPins pins;
+TEST(EntryPinsTest, ThePlacesOfDeadProcessesAreFreed) {
+  EntryPins pins;
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) _exit(0);

@@ -21,7 +21,7 @@ bool admits(const MrSlot& s, uint64_t addr, uint64_t length, const ProcessId& ow
   return addr >= s.iova && length <= s.length && addr - s.iova <= s.length - length;
 }
 
-bool pin_published(const MrSlot& s, RegionPins& pins, uint32_t key) {
+bool pin_published(const MrSlot& s, EntryPins& pins, uint32_t key) {
   pins.pin();
   // Re-checked after pinning: retiring a key clears it, then waits for the pins to drain.
   if (s.key.load(std::memory_order_seq_cst) == key) return true;

@@ -47,7 +47,7 @@ class PinnedRanges {
  private:
   // Only the first count_ entries are ever read: left uninitialised, as zeroing them cost
   // more than a same-host 8-byte operation itself.
-  RegionPins* pins_[kMaxSge];
+  EntryPins* pins_[kMaxSge];
   iovec iov_[kMaxSge];
   iovec mapped_[kMaxSge];
   bool all_mapped_ = true;
@@ -66,7 +66,7 @@ bool admits(const MrSlot& s, uint64_t addr, uint64_t length, const ProcessId& ow
 /// still published once the pin is taken. ibv_dereg_mr and ibv_rereg_mr unpublish the key
 /// and then wait for the pins to drain, so a pinned access never reaches a region that is
 /// gone. Release with `pins.unpin()`.
-bool pin_published(const MrSlot& s, RegionPins& pins, uint32_t key);
+bool pin_published(const MrSlot& s, EntryPins& pins, uint32_t key);
 
 /// Where `addr` (admitted by `s`, a region of `owner`) is in this process: the owner's own
 /// address, or the owner's pages mapped here. Null if it cannot be reached that way (a peer's

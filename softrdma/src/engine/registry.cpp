@@ -32,17 +32,19 @@ namespace {
 constexpr uint64_t kMagic = 0x38764d4452544653ull;  // "SFTRDMv8"
 // 12: a slot's reached_directly names its one requester (11 said only "some"); a library
 // of each in one registry would trust each other's marks wrongly. 13: a region's pins are
-// held under their processes' pids (RegionPins), where 12 kept one bare count.
+// held under their processes' pids (EntryPins), where 12 kept one bare count, and so are a
+// QP's, in a table of their own.
 constexpr uint32_t kLayoutVersion = 13;
 constexpr size_t kHeaderBytes = 4096;
 constexpr size_t kQpBytes = sizeof(QpSlot) * Registry::kQpCapacity;
 constexpr size_t kMrBytes = sizeof(MrSlot) * Registry::kMrCapacity;
-constexpr size_t kMrPinsBytes = sizeof(RegionPins) * Registry::kMrCapacity;
+constexpr size_t kMrPinsBytes = sizeof(EntryPins) * Registry::kMrCapacity;
 constexpr size_t kDirectBytes = sizeof(DirectAccess) * Registry::kQpCapacity;
+constexpr size_t kQpPinsBytes = sizeof(EntryPins) * Registry::kQpCapacity;
 constexpr size_t kLockBytes = sizeof(ProcessLock) * Registry::kAtomicStripes;
 constexpr size_t kMcastBytes = sizeof(McastSlot) * Registry::kMcastCapacity;
-constexpr size_t kFileBytes =
-    kHeaderBytes + kQpBytes + kMrBytes + kMrPinsBytes + kLockBytes + kMcastBytes + kDirectBytes;
+constexpr size_t kFileBytes = kHeaderBytes + kQpBytes + kMrBytes + kMrPinsBytes + kLockBytes +
+                              kMcastBytes + kQpPinsBytes + kDirectBytes;
 
 std::string registry_path() {
   if (const char* p = std::getenv("SOFTRDMA_REGISTRY")) return p;
@@ -198,12 +200,14 @@ Registry::Registry(void* base, uint32_t qpn_range)
       first_qpn_(kFirstQpn + qpn_range * kQpCapacity),
       qps_(reinterpret_cast<QpSlot*>(static_cast<char*>(base) + kHeaderBytes)),
       mrs_(reinterpret_cast<MrSlot*>(static_cast<char*>(base) + kHeaderBytes + kQpBytes)),
-      mr_pins_(reinterpret_cast<RegionPins*>(static_cast<char*>(base) + kHeaderBytes + kQpBytes +
-                                             kMrBytes)),
+      mr_pins_(reinterpret_cast<EntryPins*>(static_cast<char*>(base) + kHeaderBytes + kQpBytes +
+                                            kMrBytes)),
       atomic_locks_(reinterpret_cast<ProcessLock*>(static_cast<char*>(base) + kHeaderBytes +
                                                    kQpBytes + kMrBytes + kMrPinsBytes)),
       mcasts_(reinterpret_cast<McastSlot*>(static_cast<char*>(base) + kHeaderBytes + kQpBytes +
                                            kMrBytes + kMrPinsBytes + kLockBytes)),
+      qp_pins_(reinterpret_cast<EntryPins*>(static_cast<char*>(base) + kFileBytes - kDirectBytes -
+                                            kQpPinsBytes)),
       direct_(
           reinterpret_cast<DirectAccess*>(static_cast<char*>(base) + kFileBytes - kDirectBytes)) {
   // A zero-filled file is a valid empty registry; the magic only marks the layout.
@@ -216,11 +220,10 @@ Registry::Registry(void* base, uint32_t qpn_range)
 
 uint32_t Registry::claim_qpn(uint64_t qp_offset, int arena_fd) {
   uint32_t index = 0;
-  // As for keys (claim_key_slot): a slot whose users never drained is left alone. Zeroing
-  // the count instead would let a late drop of a peer's hold on the old QP wrap it round.
-  QpSlot* s = claim_slot(qps_, kQpCapacity, header_->next_qp, index, [this](uint32_t i) {
-    return qps_[i].users.load(std::memory_order_acquire) == 0;
-  });
+  // As for keys (claim_key_slot): a slot whose pins never drained is left alone. Zeroing
+  // them instead would let a late drop of a peer's hold on the old QP wrap its count round.
+  QpSlot* s = claim_slot(qps_, kQpCapacity, header_->next_qp, index,
+                         [this](uint32_t i) { return qp_pins_[i].drained_but_for_the_dead(); });
   if (!s) return 0;
   const ProcessId& me = self_process();
   s->pid = me.pid;
@@ -295,7 +298,8 @@ void Registry::release_qpn(uint32_t qpn) {
   QpSlot* s = qp_slot(qpn);
   if (!s) return;
   slot_word::set(s->state, SlotState::kClaimed, std::memory_order_seq_cst);
-  wait_until_drained([s] { return s->users.load(std::memory_order_acquire) == 0; });
+  EntryPins& pins = qp_pins(*s);
+  wait_until_drained([&pins] { return pins.drained_but_for_the_dead(); });
   // Loaded after the state is unpublished: a requester that marks it later sees that state.
   wait_for_direct_accessors(s->reached_directly.load(std::memory_order_seq_cst), ~uint64_t{0} << 32,
                             DirectAccess::of(qpn, 0));
@@ -370,7 +374,7 @@ bool Registry::update_mr(uint32_t key, uint32_t pd_id, uint32_t access, uint64_t
 }
 
 void Registry::wait_until_unused(uint32_t key) {
-  RegionPins& pins = mr_pins(key);
+  EntryPins& pins = mr_pins(key);
   wait_until_drained([&pins] { return pins.drained_but_for_the_dead(); });
   // The caller unpublished the key first: a requester that marks the slot later sees that.
   if (const MrSlot* s = mr_slot(key))

@@ -15,7 +15,7 @@
 
 #include "common/process_identity.hpp"
 #include "common/process_lock.hpp"
-#include "engine/region_pins.hpp"
+#include "engine/entry_pins.hpp"
 #include "engine/shared_pages.hpp"
 
 namespace softrdma {
@@ -48,10 +48,11 @@ inline void set(std::atomic<uint32_t>& word, SlotState s, std::memory_order orde
 }  // namespace slot_word
 
 /// Where a QP lives: the owner process and the QP's shared block in the owner's arena.
-struct alignas(64) QpSlot {  // one cache line: peers bump `users` on every request
+/// A QP of the host, looked up by its number. Read-mostly: the pins of the peers delivering
+/// into it live in a line of their own (Registry::qp_pins).
+struct alignas(64) QpSlot {
   std::atomic<uint32_t> state;
   std::atomic<uint32_t> generation;
-  std::atomic<uint32_t> users;  // peers currently delivering into this QP
   int32_t pid;
   uint64_t start_time;
   uint64_t netns;
@@ -69,7 +70,7 @@ enum class KeyKind : uint32_t { kRegion = 0, kWindowType1 = 1, kWindowType2 = 2 
 
 /// A registered memory region or a memory window, looked up by its key (for a region,
 /// lkey == rkey). Read-mostly: the counter that accessors bump lives in its own cache line
-/// (RegionPins). A window's iova/length/access are those it is bound with (length 0: unbound).
+/// (EntryPins). A window's iova/length/access are those it is bound with (length 0: unbound).
 struct alignas(64) MrSlot {
   std::atomic<uint32_t> state;
   std::atomic<uint32_t> key;  // 0 while not live
@@ -157,6 +158,8 @@ class Registry {
   void release_qpn(uint32_t qpn);
   /// The slot of `qpn`, or nullptr when out of range.
   QpSlot* qp_slot(uint32_t qpn);
+  /// The peers delivering into the QP of `slot` (one of qp_slot's) right now.
+  EntryPins& qp_pins(const QpSlot& slot) { return qp_pins_[&slot - qps_]; }
   /// The word in which QP `qpn` of this registry announces its same-host accesses.
   DirectAccess& direct_access(uint32_t qpn) { return direct_[qpn - first_qpn_]; }
   /// A QP slot's `reached_directly` mark names the requester QP that announces accesses to
@@ -194,7 +197,7 @@ class Registry {
   /// The slot of `key`, or nullptr when the key is malformed. The caller checks liveness.
   MrSlot* mr_slot(uint32_t key);
   /// The accessors inside the slot `key` names (key not 0).
-  RegionPins& mr_pins(uint32_t key) { return mr_pins_[mr_index(key)]; }
+  EntryPins& mr_pins(uint32_t key) { return mr_pins_[mr_index(key)]; }
   static uint32_t mr_index(uint32_t key) { return (key >> kMrIndexShift) & (kMrCapacity - 1); }
   /// Waits (bounded) until no accessor that pinned or announced `key` is inside any more.
   void wait_until_unused(uint32_t key);
@@ -235,9 +238,10 @@ class Registry {
   uint32_t first_qpn_;
   QpSlot* qps_;
   MrSlot* mrs_;
-  RegionPins* mr_pins_;
+  EntryPins* mr_pins_;
   ProcessLock* atomic_locks_;
   McastSlot* mcasts_;
+  EntryPins* qp_pins_;
   DirectAccess* direct_;
 };
 

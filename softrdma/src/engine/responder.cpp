@@ -22,23 +22,6 @@ ResponderReply no_answer() {
   return {Kind::kNoAnswer, IBV_WC_SUCCESS, 0};
 }
 
-// Keeps the target QP from being destroyed while a request runs against it.
-class TargetHold {
- public:
-  explicit TargetHold(TargetQp& t) : slot_(t.slot) {
-    slot_->users.fetch_add(1, std::memory_order_seq_cst);
-    ok_ = t.current();
-  }
-  ~TargetHold() { slot_->users.fetch_sub(1, std::memory_order_release); }
-  TargetHold(const TargetHold&) = delete;
-  TargetHold& operator=(const TargetHold&) = delete;
-  bool ok() const { return ok_; }
-
- private:
-  QpSlot* slot_;
-  bool ok_;
-};
-
 bool ipv4_mapped(const uint8_t gid[16]) {
   return gid[10] == 0xff && gid[11] == 0xff && std::memcmp(gid, "\0\0\0\0\0\0\0\0\0\0", 10) == 0;
 }

@@ -31,6 +31,25 @@ struct TargetQp {
   bool current() const;
 };
 
+/// Keeps a target QP from being destroyed while a request runs against it: ibv_destroy_qp
+/// waits until the hold is dropped (or its process died).
+class TargetHold {
+ public:
+  explicit TargetHold(TargetQp& t) : pins_(Registry::instance().qp_pins(*t.slot)) {
+    pins_.pin();
+    ok_ = t.current();  // checked once pinned: destroying it unpublishes, then drains pins
+  }
+  ~TargetHold() { pins_.unpin(); }
+  TargetHold(const TargetHold&) = delete;
+  TargetHold& operator=(const TargetHold&) = delete;
+  /// The QP was still there once held.
+  bool ok() const { return ok_; }
+
+ private:
+  EntryPins& pins_;
+  bool ok_;
+};
+
 /// A QP in `state` takes requests (from RTR on, until ERROR or RESET).
 bool accepts_requests(uint32_t state);
 

@@ -14,8 +14,7 @@ SOFTRDMA_EXPORT int softrdma_qp_error(uint32_t qpn) {
   TargetQp qp;
   if (!resolve_local_qp(qpn, qp) || !qp.arena->is_self()) return -1;
   // Held like a peer delivering into the QP: ibv_destroy_qp waits until we are done.
-  qp.slot->users.fetch_add(1, std::memory_order_seq_cst);
-  if (qp.current()) qp_enter_error(*qp.arena, qp.qp, 0);
-  qp.slot->users.fetch_sub(1, std::memory_order_release);
+  const TargetHold hold(qp);
+  if (hold.ok()) qp_enter_error(*qp.arena, qp.qp, 0);
   return 0;
 }

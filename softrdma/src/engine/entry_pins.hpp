@@ -1,8 +1,9 @@
-// Who is inside an access to a region right now: ibv_dereg_mr waits until nobody is. Each
-// accessing process holds its pins under its pid, so a process killed inside an access
-// (whose pins never drop) is told from a slow one and not waited for. Pins of more processes
-// at once than there are named places are counted without a name, and an unnamed pin of a
-// process that died is waited for as long as the caller bounds the wait.
+// Who is inside an entry of the host's registry right now (a region being accessed, a QP
+// being delivered into): ibv_dereg_mr and ibv_destroy_qp wait until nobody is. Each process
+// holds its pins under its pid, so a process killed inside an access (whose pins never drop)
+// is told from a slow one and not waited for. Pins of more processes at once than there are
+// named places are counted without a name, and an unnamed pin of a process that died is
+// waited for as long as the caller bounds the wait.
 #pragma once
 
 #include <atomic>
@@ -10,7 +11,7 @@
 
 namespace softrdma {
 
-struct alignas(64) RegionPins {
+struct alignas(64) EntryPins {
   static constexpr int kNamed = 7;
 
   /// Pins the region for this process (a locked instruction, ordered as seq_cst).
@@ -27,6 +28,6 @@ struct alignas(64) RegionPins {
   // may take a free one at once); its pins are the sum.
   std::atomic<uint64_t> named[kNamed] = {};
 };
-static_assert(sizeof(RegionPins) == 64, "one line per registry key slot");
+static_assert(sizeof(EntryPins) == 64, "one line per registry entry");
 
 }  // namespace softrdma

@@ -1,4 +1,4 @@
-#include "engine/region_pins.hpp"
+#include "engine/entry_pins.hpp"
 
 #include "common/current_pid.hpp"
 
@@ -13,7 +13,7 @@ uint64_t pid_bits(pid_t pid) {
 
 }  // namespace
 
-void RegionPins::pin() {
+void EntryPins::pin() {
   const uint64_t me = pid_bits(current_pid());
   // Each failed exchange means another pinner changed the line: the loop ends once they do not.
   for (;;) {
@@ -39,7 +39,7 @@ void RegionPins::pin() {
   }
 }
 
-void RegionPins::unpin() {
+void EntryPins::unpin() {
   const uint64_t me = pid_bits(current_pid());
   for (;;) {
     bool raced = false;
@@ -57,7 +57,7 @@ void RegionPins::unpin() {
   }
 }
 
-bool RegionPins::drained_but_for_the_dead() {
+bool EntryPins::drained_but_for_the_dead() {
   if (unnamed.load(std::memory_order_acquire) != 0) return false;
   for (auto& place : named) {
     uint64_t word = place.load(std::memory_order_acquire);
