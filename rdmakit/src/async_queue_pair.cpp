@@ -127,11 +127,11 @@ inline void AsyncQueuePair::submit_to(Op* op, List AsyncQueuePair::*posted,
 
 bool AsyncQueuePair::submit(SendOperation* op) noexcept {
   // Alone in flight on the poller's only QP (so whatever its CQ holds is this operation's),
-  // and untimed (nothing for a sweep to do): posted and looked for at once, and if already
-  // complete, finished without entering the queue's lists.
-  if (in_flight_ == 0 && op->timeout.count() <= 0 && !op->stop && may_post_at_once(op) &&
-      send_room_ != 0 && poller_.attached_ == this && !next_attached_ &&
-      at_once_in_a_row_ < kMostAtOnceInARow) {
+  // and untimed (nothing for a sweep to do, no cancellation to look at): posted and looked
+  // for at once, and if already complete, finished without entering the queue's lists.
+  // Nothing in flight also means nothing pending and the whole send queue free.
+  if (in_flight_ == 0 && !failed_ && op->timeout.count() <= 0 && !op->stop &&
+      poller_.attached_ == this && !next_attached_ && at_once_in_a_row_ < kMostAtOnceInARow) {
     op->wr.wr_id = reinterpret_cast<uintptr_t>(static_cast<Operation*>(op));
     if (post_alone(*op) == 0) [[likely]]
       return completed_at_once(op);
