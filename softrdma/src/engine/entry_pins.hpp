@@ -14,7 +14,7 @@ namespace softrdma {
 struct alignas(64) EntryPins {
   static constexpr int kNamed = 7;
 
-  /// Pins the region for this process (a locked instruction, ordered as seq_cst).
+  /// Pins the entry for this process (a locked instruction, ordered as seq_cst).
   void pin();
   /// Drops one pin of this process (a release: its accesses come before).
   void unpin();

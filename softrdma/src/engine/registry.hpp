@@ -48,8 +48,8 @@ inline void set(std::atomic<uint32_t>& word, SlotState s, std::memory_order orde
 }  // namespace slot_word
 
 /// Where a QP lives: the owner process and the QP's shared block in the owner's arena.
-/// A QP of the host, looked up by its number. Read-mostly: the pins of the peers delivering
-/// into it live in a line of their own (Registry::qp_pins).
+/// Read-mostly: the pins of the peers delivering into it live in a line of their own
+/// (Registry::qp_pins).
 struct alignas(64) QpSlot {
   std::atomic<uint32_t> state;
   std::atomic<uint32_t> generation;
@@ -69,8 +69,9 @@ static_assert(sizeof(QpSlot) == 64);
 enum class KeyKind : uint32_t { kRegion = 0, kWindowType1 = 1, kWindowType2 = 2 };
 
 /// A registered memory region or a memory window, looked up by its key (for a region,
-/// lkey == rkey). Read-mostly: the counter that accessors bump lives in its own cache line
-/// (EntryPins). A window's iova/length/access are those it is bound with (length 0: unbound).
+/// lkey == rkey). Read-mostly: the pins accessors take live in a line of their own
+/// (Registry::mr_pins). A window's iova/length/access are those it is bound with (length 0:
+/// unbound).
 struct alignas(64) MrSlot {
   std::atomic<uint32_t> state;
   std::atomic<uint32_t> key;  // 0 while not live
