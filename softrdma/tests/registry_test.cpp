@@ -226,6 +226,20 @@ TEST(EntryPinsTest, PinsBeyondTheNamedPlacesAreCountedUnnamed) {
   EXPECT_FALSE(pins.drained_but_for_the_dead()) << "their processes live";
 }
 
+TEST(EntryPinsTest, AZombieHoldsNoPin) {
+  EntryPins pins;
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) _exit(0);
+  // Waits for it to exit without reaping it: a zombie, whose memory is gone.
+  siginfo_t info{};
+  ASSERT_EQ(waitid(P_PID, static_cast<id_t>(child), &info, WEXITED | WNOWAIT), 0);
+  pins.named[2].store(uint64_t{static_cast<uint32_t>(child)} << 32 | 1);
+  EXPECT_TRUE(pins.drained_but_for_the_dead()) << "an unreaped child was waited for";
+  EXPECT_EQ(pins.named[2].load(), 0u);
+  ASSERT_EQ(waitpid(child, nullptr, 0), child);
+}
+
 TEST(EntryPinsTest, ThePlacesOfDeadProcessesAreFreed) {
   EntryPins pins;
   const pid_t child = fork();

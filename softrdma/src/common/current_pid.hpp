@@ -14,6 +14,9 @@ pid_t first_current_pid();
 
 /// No process has this pid any more (a zombie still counts as there).
 bool pid_gone(pid_t pid);
+/// The process of this pid has exited: gone, or a zombie not yet reaped by its parent, which
+/// has no memory left to touch. False when that cannot be told (no /proc to read).
+bool pid_exited(pid_t pid);
 
 /// What getpid() returns: one load on the common path.
 inline pid_t current_pid() {

@@ -62,8 +62,8 @@ bool EntryPins::drained_but_for_the_dead() {
   for (auto& place : named) {
     uint64_t word = place.load(std::memory_order_acquire);
     if (word == 0) continue;
-    if (!pid_gone(static_cast<pid_t>(word >> 32))) return false;
-    // A dead process accesses nothing; its pins would never drop.
+    if (!pid_exited(static_cast<pid_t>(word >> 32))) return false;
+    // A process that exited accesses nothing; its pins would never drop.
     place.compare_exchange_strong(word, 0, std::memory_order_relaxed);
   }
   return true;

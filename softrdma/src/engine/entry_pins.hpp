@@ -18,8 +18,8 @@ struct alignas(64) EntryPins {
   void pin();
   /// Drops one pin of this process (a release: its accesses come before).
   void unpin();
-  /// Nobody but dead processes holds a pin; the places of the dead are freed. Looks up
-  /// whether a pinning process lives only while it still holds pins.
+  /// Nobody but processes that exited (pid_exited: zombies too) holds a pin; their places are
+  /// freed. Looks up whether a pinning process lives only while it still holds pins.
   bool drained_but_for_the_dead();
 
   std::atomic<uint32_t> unnamed{0};
