@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <future>
 #include <thread>
 #include <vector>
 
@@ -52,6 +53,22 @@ class ForkingTest : public ::testing::Test {
     int status = 0;
     if (waitpid(pid, &status, 0) != pid) return -1;
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  // Waits until the child has exited, without reaping it: a zombie until ExitStatus.
+  static bool ExitedUnreaped(pid_t pid) {
+    siginfo_t info{};
+    return waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOWAIT) == 0;
+  }
+  // Runs `take` (which takes a lock the zombie `child` held) on a thread of its own: true if
+  // it returned within a few seconds while the child was still unreaped. The child is
+  // reaped either way, which lets a `take` that waited for it go on.
+  template <class Take>
+  static bool TakenFromAZombie(pid_t child, Take take) {
+    auto taken = std::async(std::launch::async, take);
+    const bool in_time = taken.wait_for(std::chrono::seconds(5)) == std::future_status::ready;
+    ExitStatus(child);
+    taken.get();
+    return in_time;
   }
 };
 
@@ -127,6 +144,19 @@ TEST_F(ProcessLockTest, ALockWhoseOwnerDiedIsTakenOver) {
   shared_->lock.unlock();
   EXPECT_TRUE(shared_->lock.try_lock());
   shared_->lock.unlock();
+}
+
+TEST_F(ProcessLockTest, ALockWhoseOwnerExitedIsTakenOverBeforeItIsReaped) {
+  const pid_t child = Fork([this] {
+    shared_->lock.lock();
+    return 0;  // exits holding it
+  });
+  ASSERT_TRUE(ExitedUnreaped(child));
+  // The parent that would reap its child later must not wait for it to let go first.
+  EXPECT_TRUE(TakenFromAZombie(child, [this] {
+    shared_->lock.lock();
+    shared_->lock.unlock();
+  }));
 }
 
 // A critical section that notices another thread inside it.
@@ -264,6 +294,20 @@ TEST_F(SharedBiasedLockTest, AnOwnerThatDiedInsideDoesNotHoldUpTheOthers) {
   ASSERT_EQ(ExitStatus(owner), 0) << "the child did not become the owner";
   SharedBiasedLock::Guard hold(biased_->lock);  // would wait forever for a dead owner to leave
   biased_->guarded.enter_and_leave();
+  EXPECT_EQ(biased_->guarded.counter, 1u);
+}
+
+TEST_F(SharedBiasedLockTest, AnOwnerThatExitedInsideDoesNotHoldUpTheOthersBeforeItIsReaped) {
+  if (!softrdma::light_fences()) GTEST_SKIP() << "no owners without membarrier";
+  const pid_t owner = Fork([this] {
+    const bool as_owner = biased_->lock.lock();
+    return as_owner ? 0 : 1;  // exits inside
+  });
+  ASSERT_TRUE(ExitedUnreaped(owner));
+  EXPECT_TRUE(TakenFromAZombie(owner, [this] {
+    SharedBiasedLock::Guard hold(biased_->lock);
+    biased_->guarded.enter_and_leave();
+  }));
   EXPECT_EQ(biased_->guarded.counter, 1u);
 }
 

@@ -28,8 +28,11 @@ bool BasicBiasedLock<kAcrossProcesses>::lock_slow() {
       __builtin_ia32_pause();
     } else {
       // The owner was preempted inside: let it finish, unless its process died there
-      // (a process killed inside a ProcessLock's section is taken over the same way).
-      if (owner_pid != 0 && pid_gone(static_cast<pid_t>(owner_pid))) break;
+      // (a process killed inside a ProcessLock's section is taken over the same way), or
+      // exited and is a zombie not yet reaped (perhaps by this very thread): asked of /proc
+      // now and then.
+      const auto pid = static_cast<pid_t>(owner_pid);
+      if (owner_pid != 0 && (pid_gone(pid) || (spins % 1024 == 0 && pid_exited(pid)))) break;
       std::this_thread::yield();
     }
   }

@@ -44,21 +44,30 @@ bool pid_gone(pid_t pid) {
   return kill(pid, 0) != 0 && errno == ESRCH;
 }
 
-bool pid_exited(pid_t pid) {
-  if (pid_gone(pid)) return true;
+const char* proc_stat_fields(pid_t pid, char* buf, size_t size) {
   char path[32];
   std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
   const int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return pid_gone(pid);  // reaped meanwhile, or no /proc: as much as kill tells
-  // "pid (comm) state ...": the name is at most 16 bytes, but may hold ')' and spaces, so
-  // the state is found after the last ')'.
-  char stat[256];
-  const ssize_t n = read(fd, stat, sizeof stat - 1);
+  if (fd < 0) return nullptr;
+  const ssize_t n = read(fd, buf, size - 1);
   close(fd);
-  if (n <= 0) return false;
-  stat[n] = '\0';
-  const char* name_end = std::strrchr(stat, ')');
-  return name_end && name_end[1] == ' ' && (name_end[2] == 'Z' || name_end[2] == 'X');
+  if (n <= 0) return nullptr;
+  buf[n] = '\0';
+  // "pid (name) state ...": counted from the last ')'.
+  const char* name_end = std::strrchr(buf, ')');
+  return name_end && name_end[1] == ' ' ? name_end + 2 : nullptr;
+}
+
+bool exited_state(const char* fields) {
+  return fields[0] == 'Z' || fields[0] == 'X';
+}
+
+bool pid_exited(pid_t pid) {
+  if (pid_gone(pid)) return true;
+  char buf[256];
+  const char* fields = proc_stat_fields(pid, buf, sizeof buf);
+  // Unreadable: reaped meanwhile, or no /proc, where kill(2) is all there is to ask.
+  return fields ? exited_state(fields) : pid_gone(pid);
 }
 
 }  // namespace softrdma

@@ -1,12 +1,9 @@
 #include "common/process_identity.hpp"
 
-#include <fcntl.h>
 #include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <cstdio>
 #include <cstdlib>
-#include <cstring>
 
 #include "common/current_pid.hpp"
 
@@ -30,23 +27,20 @@ void init_once() {
 
 }  // namespace
 
-uint64_t process_start_time(pid_t pid) {
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  char buf[1024];
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (n <= 0) return 0;
-  buf[n] = '\0';
-  // The command name (field 2) may contain spaces and parentheses: count from the last ')'.
-  const char* p = std::strrchr(buf, ')');
-  if (!p) return 0;
-  int field = 2;
-  for (; *p && field < 22; ++p)
+namespace {
+// Field 22 (the start time) of the fields proc_stat_fields read, which begin at field 3.
+uint64_t start_time_field(const char* fields) {
+  const char* p = fields;
+  for (int field = 3; *p && field < 22; ++p)
     if (*p == ' ') ++field;
   return std::strtoull(p, nullptr, 10);
+}
+}  // namespace
+
+uint64_t process_start_time(pid_t pid) {
+  char buf[1024];
+  const char* fields = proc_stat_fields(pid, buf, sizeof buf);
+  return fields ? start_time_field(fields) : 0;
 }
 
 const ProcessId& self_process() {
@@ -61,9 +55,11 @@ uint64_t self_netns() {
 }
 
 bool process_alive(const ProcessId& who) {
-  if (who.pid <= 0) return false;
-  if (pid_gone(who.pid)) return false;
-  return process_start_time(who.pid) == who.start_time;
+  if (who.pid <= 0 || pid_gone(who.pid)) return false;
+  // A zombie has exited: nothing of it runs, as on a NIC whose driver closed its objects.
+  char buf[1024];
+  const char* fields = proc_stat_fields(who.pid, buf, sizeof buf);
+  return fields && !exited_state(fields) && start_time_field(fields) == who.start_time;
 }
 
 }  // namespace softrdma

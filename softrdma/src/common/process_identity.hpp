@@ -19,7 +19,8 @@ const ProcessId& self_process();
 /// The network namespace this process lives in (inode of /proc/self/ns/net).
 uint64_t self_netns();
 
-/// True while the process exists and is the same incarnation (not a reused pid).
+/// True while the process runs and is the same incarnation (not a reused pid); a zombie
+/// (exited, not yet reaped) has exited.
 bool process_alive(const ProcessId& who);
 
 /// Start time of `pid`, or 0 when it does not exist.
