@@ -247,14 +247,13 @@ QpSlot* Registry::qp_slot(uint32_t qpn) {
 }
 
 namespace {
-// Waits (bounded) until `drained()`: no peer is inside an entry being retired. A peer that
-// died inside cannot touch memory any more, so the bound only matters for a dead accessor
-// whose death the entry cannot show.
-template <class Drained>
-void wait_until_drained(Drained drained) {
+// Waits (bounded) until no peer is inside an entry being retired. A peer that died inside
+// cannot touch memory any more, so the bound only matters for a dead accessor whose death
+// the entry cannot show (an unnamed pin).
+void wait_until_drained(EntryPins& pins) {
   using namespace std::chrono;
   const auto deadline = steady_clock::now() + seconds(2);
-  for (int i = 0; !drained(); ++i) {
+  for (int i = 0; !pins.drained_but_for_the_dead(); ++i) {
     if (steady_clock::now() > deadline) break;
     if (i > 100) std::this_thread::sleep_for(microseconds(50));
   }
@@ -298,8 +297,7 @@ void Registry::release_qpn(uint32_t qpn) {
   QpSlot* s = qp_slot(qpn);
   if (!s) return;
   slot_word::set(s->state, SlotState::kClaimed, std::memory_order_seq_cst);
-  EntryPins& pins = qp_pins(*s);
-  wait_until_drained([&pins] { return pins.drained_but_for_the_dead(); });
+  wait_until_drained(qp_pins(*s));
   // Loaded after the state is unpublished: a requester that marks it later sees that state.
   wait_for_direct_accessors(s->reached_directly.load(std::memory_order_seq_cst), ~uint64_t{0} << 32,
                             DirectAccess::of(qpn, 0));
@@ -374,8 +372,7 @@ bool Registry::update_mr(uint32_t key, uint32_t pd_id, uint32_t access, uint64_t
 }
 
 void Registry::wait_until_unused(uint32_t key) {
-  EntryPins& pins = mr_pins(key);
-  wait_until_drained([&pins] { return pins.drained_but_for_the_dead(); });
+  wait_until_drained(mr_pins(key));
   // The caller unpublished the key first: a requester that marks the slot later sees that.
   if (const MrSlot* s = mr_slot(key))
     wait_for_direct_accessors(s->reached_directly.load(std::memory_order_seq_cst), 0xffffffffu,
