@@ -32,7 +32,7 @@ bool BasicBiasedLock<kAcrossProcesses>::lock_slow() {
       // exited and is a zombie not yet reaped (perhaps by this very thread): asked of /proc
       // now and then.
       const auto pid = static_cast<pid_t>(owner_pid);
-      if (owner_pid != 0 && (pid_gone(pid) || (spins % 1024 == 0 && pid_exited(pid)))) break;
+      if (owner_pid != 0 && (spins % 1024 == 0 ? pid_exited(pid) : pid_gone(pid))) break;
       std::this_thread::yield();
     }
   }
