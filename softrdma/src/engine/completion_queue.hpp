@@ -26,10 +26,11 @@ bool cq_push(PeerArena& owner, CqShared* cq, const CqEntry& entry, bool solicite
 /// cq_push for a CQ of this process: `self` finds its arena, only if it is needed.
 bool cq_push_own(PeerArena& (*self)(), CqShared* cq, const CqEntry& entry, bool solicited);
 
-/// Takes up to `max` completions, handing the i-th to `take(i, entry)`; returns how many.
-/// Owner only, one thread at a time (the caller holds the CQ's poll lock).
-template <class Take>
-[[gnu::always_inline]] inline int cq_take(CqShared* cq, int max, Take take) {
+/// Takes up to `max` completions one at a time: `take(i, entry)` reads the i-th, the head
+/// then moves past it (its slot is the producers' again) and `taken(i)` runs; returns how
+/// many. Owner only, one thread at a time (the caller holds the CQ's poll lock).
+template <class Take, class Taken>
+[[gnu::always_inline]] inline int cq_take(CqShared* cq, int max, Take take, Taken taken) {
   const uint64_t head = cq->head.load(std::memory_order_relaxed);
   const CqShared::Ring ring = cq->ring_now(std::memory_order_acquire);
   int n = 0;
@@ -38,8 +39,9 @@ template <class Take>
     if (slot.stamp.load(std::memory_order_acquire) != head + n + 1) break;
     // Producers never overwrite a slot before the head moves past it.
     take(n, slot.entry);
+    cq->head.store(head + n + 1, std::memory_order_release);
+    taken(n);
   }
-  if (n != 0) cq->head.store(head + n, std::memory_order_release);
   return n;
 }
 

@@ -44,27 +44,23 @@ void to_wc(const CqEntry& e, ibv_wc& wc) {
   std::memcpy(&wc, &e, sizeof wc);
 }
 
-// Takes up to `num_entries` completions into `wc`, retiring the send queues they complete.
+// Takes up to `num_entries` completions into `wc`, retiring the send queues they complete:
+// once the head has passed an entry, so that a requester given room by the retirement finds
+// the entry's slot free for its next completion.
 [[gnu::always_inline]] inline int take_completions(CqShared* shared, int num_entries, ibv_wc* wc) {
-  constexpr int kBatch = 16;
-  uint64_t send_seq[kBatch];
-  int done = 0;
-  while (done < num_entries) {
-    const int want = std::min(num_entries - done, kBatch);
-    const int got = cq_take(shared, want, [&](int i, const CqEntry& e) {
-      to_wc(e, wc[done + i]);
-      send_seq[i] = e.send_seq;
-    });
-    for (int i = 0; i < got; ++i) {
-      // Retires this WR and every unsignalled one before it.
-      if (send_seq[i] == 0) continue;
-      if (Qp* qp = local_qp(wc[done + i].qp_num))
-        qp->retired_seq.store(send_seq[i], std::memory_order_release);
-    }
-    done += got;
-    if (got < want) break;
-  }
-  return done;
+  uint64_t send_seq = 0;
+  return cq_take(
+      shared, num_entries,
+      [&](int i, const CqEntry& e) {
+        to_wc(e, wc[i]);
+        send_seq = e.send_seq;
+      },
+      [&](int i) {
+        // Retires this WR and every unsignalled one before it.
+        if (send_seq == 0) return;
+        if (Qp* qp = local_qp(wc[i].qp_num))
+          qp->retired_seq.store(send_seq, std::memory_order_release);
+      });
 }
 
 // A poll in a process with sockets to other hosts (wire/arrivals.hpp), out of line: the
