@@ -21,11 +21,12 @@ class RegionCache {
   void set_reacher(uint32_t mark) { reacher_ = mark; }
 
   /// Where an access lands: `here` is its first byte in this process, `host_addr` the same
-  /// byte in the owner's address space.
+  /// byte in the owner's address space. Set by a reach() that returns true, and only then:
+  /// no initializers, since zeroing it first is on every same-host operation's path.
   struct Reach {
-    char* here = nullptr;
-    uint64_t host_addr = 0;
-    bool on_shared_pages = false;  // every process of the host maps the region
+    char* here;
+    uint64_t host_addr;
+    bool on_shared_pages;  // every process of the host maps the region
   };
 
   /// Finds [addr, addr+length) of region `key` of the owner of `target`, in the target's PD
@@ -44,8 +45,9 @@ class RegionCache {
         addr - e.iova > e.length - length)
       return false;
     // Loaded after the announcement: a retirement that began before it shows here.
-    if (e.slot->key.load(std::memory_order_seq_cst) != key ||
-        e.slot->generation.load(std::memory_order_acquire) != e.generation) {
+    const MrSlot& slot = *e.slot;
+    if (slot.key.load(std::memory_order_seq_cst) != key ||
+        slot.generation.load(std::memory_order_acquire) != e.generation) {
       // Deregistered, or re-registered since it was cached (ibv_rereg_mr keeps the key).
       e.key = 0;
       return false;
