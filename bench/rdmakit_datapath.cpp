@@ -4,7 +4,9 @@
 //              perftest's cq_mod does), ibv_poll_cq in batches;
 //   poll       rdmakit's PollQueuePair: batches posted with one doorbell, selective signalling;
 //   coroutine  rdmakit's AsyncQueuePair: --depth coroutines each awaiting one write at a time.
-// --op read or fadd (raw mode only) measures 8-byte RDMA READs or fetch-and-adds instead.
+// --op read or fadd (raw mode only) measures 8-byte RDMA READs or fetch-and-adds instead;
+// --op send SENDs, each into a receive the peer QP posted just before (one ibv_post_recv per
+// message, its completion polled from the peer's CQ, as a receiver does).
 // Prints one JSON line: {"mode":..., "depth":..., "ops":..., "seconds":..., "mops":...}.
 // bench/rdmakit_vs_raw.py runs the modes side by side and under callgrind.
 #include <infiniband/verbs.h>
@@ -30,14 +32,14 @@ struct Setup {
   Context ctx = Context::open();
   ProtectionDomain pd{ctx};
   CompletionQueue cq{ctx, 4096};
-  CompletionQueue peer_cq{ctx, 64};
+  CompletionQueue peer_cq{ctx, 4096};
   QueuePair qp, peer;
   std::vector<std::byte> memory = std::vector<std::byte>(1 << 20);
   MemoryRegion mr = pd.register_memory(memory.data(), memory.size(), Access::all);
 
   explicit Setup(uint32_t depth) {
     qp = QpBuilder(ctx, pd, cq).send_depth(depth).build();
-    peer = QpBuilder(ctx, pd, peer_cq).build();
+    peer = QpBuilder(ctx, pd, peer_cq).recv_depth(std::max(depth, 128u)).build();
     qp.connect(peer.address(), {IBV_MTU_4096, 1, 1});
     peer.connect(qp.address(), {IBV_MTU_4096, 1, 1});
   }
@@ -64,17 +66,25 @@ void run_raw(Setup& s, uint32_t depth, uint64_t ops, size_t size, ibv_wr_opcode 
     wr.wr.rdma.remote_addr = target;
     wr.wr.rdma.rkey = s.mr.rkey();
   }
-  // Only a WRITE's bytes may travel inline, as many as the QP takes.
+  // Only a WRITE's or a SEND's bytes may travel inline, as many as the QP takes.
+  const bool send = opcode == IBV_WR_SEND;
   const unsigned inline_flag =
-      opcode == IBV_WR_RDMA_WRITE && size <= s.qp.caps().inline_size ? IBV_SEND_INLINE : 0;
+      (opcode == IBV_WR_RDMA_WRITE || send) && size <= s.qp.caps().inline_size ? IBV_SEND_INLINE
+                                                                               : 0;
+  ibv_sge landing = s.mr.local().subspan(65536, size).sge();
+  ibv_recv_wr receive{};
+  receive.sg_list = &landing;
+  receive.num_sge = 1;
   std::array<ibv_wc, 32> wcs;
-  uint64_t posted = 0, completed = 0;
+  uint64_t posted = 0, completed = 0, received = 0;
   uint32_t outstanding = 0;
   ibv_qp* qp = s.qp.get();
   ibv_cq* cq = s.cq.get();
   while (completed < ops) {
     while (outstanding < depth && posted < ops) {
       ++posted;
+      ibv_recv_wr* bad_receive;
+      if (send && ibv_post_recv(s.peer.get(), &receive, &bad_receive)) fail("ibv_post_recv failed");
       const bool signal = posted % signal_every == 0 || posted == ops;
       wr.send_flags = inline_flag | (signal ? IBV_SEND_SIGNALED : 0);
       ibv_send_wr* bad;
@@ -90,7 +100,18 @@ void run_raw(Setup& s, uint32_t depth, uint64_t ops, size_t size, ibv_wr_opcode 
       outstanding -= static_cast<uint32_t>(covered);
       completed += covered;
     }
+    const int r = send ? ibv_poll_cq(s.peer_cq.get(), static_cast<int>(wcs.size()), wcs.data()) : 0;
+    for (int i = 0; i < r; ++i)
+      if (wcs[static_cast<size_t>(i)].status != IBV_WC_SUCCESS) fail("receive failed");
+    received += static_cast<uint64_t>(std::max(r, 0));
   }
+  // The receives' completions the last polls did not take.
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (send && received < ops && Clock::now() < deadline) {
+    const int r = ibv_poll_cq(s.peer_cq.get(), static_cast<int>(wcs.size()), wcs.data());
+    received += static_cast<uint64_t>(std::max(r, 0));
+  }
+  if (send && received != ops) fail("a SEND's receive did not complete");
 }
 
 void run_poll(Setup& s, uint32_t depth, uint64_t ops, size_t size) {
@@ -152,7 +173,7 @@ int main(int argc, char** argv) {
     else
       fail(
           "usage: rdmakit_datapath --mode raw|poll|coroutine --depth N --ops N [--size B] "
-          "[--op write|read|fadd]");
+          "[--op write|read|fadd|send]");
   }
   if (depth == 0 || size == 0 || size > 4096) fail("--depth must be positive, --size 1..4096");
   ibv_wr_opcode opcode = IBV_WR_RDMA_WRITE;
@@ -160,9 +181,12 @@ int main(int argc, char** argv) {
     opcode = IBV_WR_RDMA_READ;
   else if (op == "fadd")
     opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+  else if (op == "send")
+    opcode = IBV_WR_SEND;
   else if (op != "write")
     fail("unknown --op");
-  if (opcode != IBV_WR_RDMA_WRITE && mode != "raw") fail("--op read and fadd are raw mode only");
+  if (opcode != IBV_WR_RDMA_WRITE && mode != "raw")
+    fail("--op read, fadd and send are raw mode only");
   if (opcode == IBV_WR_ATOMIC_FETCH_AND_ADD && size != 8) fail("--op fadd takes 8 bytes");
   Setup setup(depth);
   const auto start = Clock::now();

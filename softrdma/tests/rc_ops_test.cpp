@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <thread>
 #include <vector>
 
@@ -459,6 +460,70 @@ TEST_F(RcOrderingTest, ReceivesArriveInPostOrderAcrossRnrRetries) {
     EXPECT_EQ(seq, i) << "receive " << i << " holds message " << seq;
   }
 }
+
+// A receive queue holds the next power of two of receives at least (a slot is found by a
+// mask), reports that, takes exactly that many, and keeps its order lap after lap.
+struct RoundingCase {
+  const char* name;
+  bool shared;      // an SRQ, else the QP's own queue
+  uint32_t wanted;  // receives asked for
+};
+
+class ReceiveQueueRounding : public RcLoopbackTest,
+                             public ::testing::WithParamInterface<RoundingCase> {};
+
+TEST_P(ReceiveQueueRounding, HoldsTheNextPowerOfTwoAndKeepsOrderOverLaps) {
+  const RoundingCase& c = GetParam();
+  PairOptions o;
+  ibv_srq* srq = nullptr;
+  if (c.shared) {
+    srq = NewSrq(c.wanted);
+    ASSERT_NE(srq, nullptr);
+    o.srq_b = srq;
+  } else {
+    o.caps.recv_wr = c.wanted;
+  }
+  ASSERT_NO_FATAL_FAILURE(ConnectPair(o));
+  uint32_t capacity = 0;
+  if (c.shared) {
+    ibv_srq_attr attr{};
+    ASSERT_EQ(ibv_query_srq(srq, &attr), 0);
+    capacity = attr.max_wr;
+  } else {
+    ibv_qp_attr attr{};
+    ibv_qp_init_attr init{};
+    ASSERT_EQ(ibv_query_qp(p_.b, &attr, IBV_QP_CAP, &init), 0);
+    capacity = init.cap.max_recv_wr;
+  }
+  EXPECT_EQ(capacity, std::bit_ceil(c.wanted));
+  Buffer src = NewBuffer(64, kRemoteAccess, 1);
+  Buffer dst = NewBuffer(64);
+  auto post = [&](uint64_t id) {
+    return c.shared ? post_srq_recv(srq, id, {dst.sge(0, 8)})
+                    : post_recv(p_.b, id, {dst.sge(0, 8)});
+  };
+  uint64_t next_post = 0;
+  for (; next_post < capacity; ++next_post) ASSERT_EQ(post(next_post), 0) << next_post;
+  EXPECT_EQ(post(next_post), ENOMEM) << "one more than the queue holds";
+  // Three laps round the ring, one message and one new receive at a time.
+  for (uint64_t expected = 0; expected < 3 * uint64_t{capacity}; ++expected) {
+    ASSERT_EQ(post_send(p_.a, send_wr(expected), {src.sge(0, 8)}), 0);
+    ASSERT_TRUE(completed(poll_one(p_.cq_a), expected));
+    const ibv_wc r = poll_one(p_.cq_b);
+    ASSERT_TRUE(completed(r, expected)) << "receives are taken in the order posted";
+    ASSERT_EQ(post(next_post++), 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, ReceiveQueueRounding,
+                         ::testing::Values(RoundingCase{"own_queue_of_5", false, 5},
+                                           RoundingCase{"own_queue_of_100", false, 100},
+                                           RoundingCase{"own_queue_of_64", false, 64},
+                                           RoundingCase{"srq_of_5", true, 5},
+                                           RoundingCase{"srq_of_100", true, 100}),
+                         [](const ::testing::TestParamInfo<RoundingCase>& param) {
+                           return std::string(param.param.name);
+                         });
 
 }  // namespace
 }  // namespace softrdma_test

@@ -1,5 +1,7 @@
 #include "engine/recv_queue.hpp"
 
+#include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <cstring>
 
@@ -13,12 +15,16 @@ uint32_t stride_for(uint32_t max_sge) {
 }
 }  // namespace
 
-size_t recv_queue_bytes(uint32_t capacity, uint32_t max_sge) {
-  return sizeof(RecvQueueShared) + size_t{stride_for(max_sge)} * capacity;
+uint32_t recv_queue_capacity(uint32_t wanted) {
+  return std::bit_ceil(std::max<uint32_t>(wanted, 1));
 }
 
-void recv_queue_init(RecvQueueShared* rq, uint32_t capacity, uint32_t max_sge) {
-  rq->capacity = capacity;
+size_t recv_queue_bytes(uint32_t wanted, uint32_t max_sge) {
+  return sizeof(RecvQueueShared) + size_t{stride_for(max_sge)} * recv_queue_capacity(wanted);
+}
+
+void recv_queue_init(RecvQueueShared* rq, uint32_t wanted, uint32_t max_sge) {
+  rq->capacity = recv_queue_capacity(wanted);
   rq->max_sge = max_sge;
   rq->stride = stride_for(max_sge);
 }

@@ -11,9 +11,15 @@
 
 namespace softrdma {
 
-size_t recv_queue_bytes(uint32_t capacity, uint32_t max_sge);
+/// The slots a queue asked to hold `wanted` receives has: at least one, and a power of two,
+/// as NICs round their rings (a slot is then found with a mask, not a 64-bit division on
+/// every post and every take).
+uint32_t recv_queue_capacity(uint32_t wanted);
+/// Bytes of arena a queue asked to hold `wanted` receives of `max_sge` SGEs needs.
+size_t recv_queue_bytes(uint32_t wanted, uint32_t max_sge);
 /// Lays a queue out in freshly allocated (zeroed) arena memory: no slot holds a stamp yet.
-void recv_queue_init(RecvQueueShared* rq, uint32_t capacity, uint32_t max_sge);
+/// Its capacity is recv_queue_capacity(wanted), which the verbs report back.
+void recv_queue_init(RecvQueueShared* rq, uint32_t wanted, uint32_t max_sge);
 
 /// Appends a receive request; ENOMEM when full, EINVAL with too many SGEs.
 int recv_queue_post(RecvQueueShared* rq, const ibv_recv_wr& wr);

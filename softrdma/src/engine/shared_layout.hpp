@@ -116,7 +116,7 @@ struct RecvWqe {
 /// processes delivering messages take on theirs.
 struct RecvQueueShared {
   // Set at creation; read by everyone.
-  uint32_t capacity;
+  uint32_t capacity;  // a power of two (recv_queue_capacity): a slot is found by a mask
   uint32_t max_sge;
   uint32_t stride;  // bytes per RecvWqe
   uint32_t is_srq;
@@ -137,7 +137,7 @@ struct RecvQueueShared {
   // `capacity` entries of `stride` bytes follow the header.
   RecvWqe* wqe(uint64_t index) {
     return reinterpret_cast<RecvWqe*>(reinterpret_cast<char*>(this + 1) +
-                                      (index % capacity) * stride);
+                                      (index & (capacity - 1)) * stride);
   }
 };
 static_assert(offsetof(RecvQueueShared, head) + sizeof(uint64_t) <=

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <infiniband/verbs.h>
+#include <bit>
 #include <cstdint>
 
 #include "engine/memory_access.hpp"
@@ -38,5 +39,8 @@ inline constexpr uint32_t kUdGrhBytes = 40;
 
 static_assert(kMaxQpWr >= 8 && kMaxSge >= 2, "pyverbs derives random caps from these");
 static_assert(kMaxCqe + 1 <= (1 << 22), "CQ rings are sized to the next power of two");
+static_assert(std::has_single_bit(static_cast<unsigned>(kMaxQpWr)) &&
+                  std::has_single_bit(static_cast<unsigned>(kMaxSrqWr)),
+              "receive queues are rounded up to a power of two, which stays within the limit");
 
 }  // namespace softrdma::limits

@@ -64,12 +64,11 @@ ibv_qp* create_qp(ibv_context* context, ibv_qp_init_attr_ex& a) {
   q->ctx = to_ctx(context);
   q->offset = arena.allocate(sizeof(QpShared));
   if (has_own_receive_queue(a)) {
-    const uint32_t depth = std::max<uint32_t>(a.cap.max_recv_wr, 1);
     const uint32_t sges = std::max<uint32_t>(a.cap.max_recv_sge, 1);
-    q->rq_offset = arena.allocate(recv_queue_bytes(depth, sges));
+    q->rq_offset = arena.allocate(recv_queue_bytes(a.cap.max_recv_wr, sges));
     if (q->rq_offset) {
       q->rq = arena.at<RecvQueueShared>(q->rq_offset);
-      recv_queue_init(q->rq, depth, sges);
+      recv_queue_init(q->rq, a.cap.max_recv_wr, sges);
       q->rq->pd_id = to_pd(a.pd)->id;
     }
   }
@@ -104,6 +103,7 @@ ibv_qp* create_qp(ibv_context* context, ibv_qp_init_attr_ex& a) {
   q->srq = to_srq(a.srq);
   // As NICs do, report what the QP really supports: at least what was asked for.
   a.cap.max_inline_data = limits::kMaxInline;
+  if (q->rq) a.cap.max_recv_wr = q->rq->capacity;
   q->cap = a.cap;
   q->sq_sig_all = a.sq_sig_all;
   q->pd_id = s.pd_id;

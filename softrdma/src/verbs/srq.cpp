@@ -78,7 +78,7 @@ ibv_srq* create_srq(ibv_pd* pd, ibv_srq_init_attr_ex& init, Xrcd* xrcd, Cq* cq) 
   srq->shared->pd_id = to_pd(pd)->id;
   srq->shared->context_offset = ctx.shared_offset;
   srq->shared->owner_handle = reinterpret_cast<uint64_t>(&srq->srq);
-  srq->max_wr = a.max_wr;
+  srq->max_wr = srq->shared->capacity;  // at least what was asked for, as a NIC reports
   srq->max_sge = max_sge;
   ibv_srq& v = srq->srq;
   v.context = pd->context;
@@ -91,6 +91,7 @@ ibv_srq* create_srq(ibv_pd* pd, ibv_srq_init_attr_ex& init, Xrcd* xrcd, Cq* cq) 
   if (xrcd) xrcd->users.fetch_add(1);
   if (cq) cq->users.fetch_add(1);
   a.max_sge = max_sge;
+  a.max_wr = srq->max_wr;
   return &v;
 }
 
