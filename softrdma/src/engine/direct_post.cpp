@@ -150,7 +150,9 @@ void complete_receive(const Qp& qp, const TargetQp& t, const ibv_send_wr& wr, ui
   uint64_t wr_id;
   RegionCache::Reach dest;
   if (!take_receive(qp, t, wr_id, &dest, length)) return false;
-  if (length) std::memcpy(dest.here, local, length);
+  // As a WRITE lands (engine/ordered_copy.hpp): the last word stored once, after the rest,
+  // and a short message copied without a call.
+  move_tail_last(dest.here, local, length);
   complete_receive(qp, t, wr, wr_id);
   return true;
 }

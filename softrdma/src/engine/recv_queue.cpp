@@ -39,7 +39,10 @@ int recv_queue_post(RecvQueueShared* rq, const ibv_recv_wr& wr) {
   if (was != (tail < rq->capacity ? 0 : RecvWqe::kTaken | (tail - rq->capacity + 1))) return ENOMEM;
   w->wr_id = wr.wr_id;
   w->num_sge = static_cast<uint32_t>(wr.num_sge);
-  if (wr.num_sge) std::memcpy(w->sge(), wr.sg_list, sizeof(ibv_sge) * wr.num_sge);
+  if (wr.num_sge == 1)
+    w->sge()[0] = wr.sg_list[0];  // the common receive, without a call
+  else if (wr.num_sge)
+    std::memcpy(w->sge(), wr.sg_list, sizeof(ibv_sge) * wr.num_sge);
   w->stamp.store(tail + 1, std::memory_order_release);
   rq->tail.store(tail + 1, std::memory_order_release);
   return 0;
