@@ -525,5 +525,57 @@ INSTANTIATE_TEST_SUITE_P(Sizes, ReceiveQueueRounding,
                            return std::string(param.param.name);
                          });
 
+// A request whose source and target overlap (both QPs of this process, one region) moves the
+// bytes as memmove does: a plain copy of overlapping ranges is undefined.
+struct OverlapCase {
+  const char* name;
+  ibv_wr_opcode opcode;
+  uint32_t length;
+};
+
+class OverlappingRanges : public RcLoopbackTest,
+                          public ::testing::WithParamInterface<OverlapCase> {};
+
+TEST_P(OverlappingRanges, MoveTheBytesAsMemmoveDoes) {
+  const OverlapCase& c = GetParam();
+  ASSERT_NO_FATAL_FAILURE(ConnectPair());
+  // The local range is [0, length), the remote one (or the receive) [kShift, kShift + length).
+  constexpr size_t kShift = 8;
+  Buffer region = NewBuffer(c.length + kShift);
+  const bool send = c.opcode == IBV_WR_SEND;
+  // A QP's first request takes the general path (it finds the peer), the second the
+  // same-host fast path: both copy.
+  for (uint64_t id = 1; id <= 2; ++id) {
+    for (size_t i = 0; i < region.size; ++i) region.data()[i] = static_cast<uint8_t>(i * 7 + id);
+    std::vector<uint8_t> want(region.data(), region.data() + region.size);
+    if (c.opcode == IBV_WR_RDMA_READ)
+      std::memmove(want.data(), want.data() + kShift, c.length);
+    else
+      std::memmove(want.data() + kShift, want.data(), c.length);
+    if (send) {
+      ASSERT_EQ(post_recv(p_.b, id, {region.sge(kShift, c.length)}), 0);
+    }
+    const ibv_send_wr wr =
+        send ? send_wr(id) : rdma_wr(id, c.opcode, region.addr(kShift), region.rkey());
+    ASSERT_EQ(post_send(p_.a, wr, {region.sge(0, c.length)}), 0);
+    ASSERT_TRUE(completed(poll_one(p_.cq_a), id));
+    if (send) {
+      ASSERT_TRUE(completed(poll_one(p_.cq_b), id));
+    }
+    EXPECT_TRUE(std::equal(want.begin(), want.end(), region.data())) << "request " << id;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Requests, OverlappingRanges,
+                         ::testing::Values(OverlapCase{"write_64B", IBV_WR_RDMA_WRITE, 64},
+                                           OverlapCase{"write_4KiB", IBV_WR_RDMA_WRITE, 4096},
+                                           OverlapCase{"read_64B", IBV_WR_RDMA_READ, 64},
+                                           OverlapCase{"read_4KiB", IBV_WR_RDMA_READ, 4096},
+                                           OverlapCase{"send_64B", IBV_WR_SEND, 64},
+                                           OverlapCase{"send_4KiB", IBV_WR_SEND, 4096}),
+                         [](const ::testing::TestParamInfo<OverlapCase>& param) {
+                           return std::string(param.param.name);
+                         });
+
 }  // namespace
 }  // namespace softrdma_test

@@ -119,16 +119,17 @@ bool pin_sge_list(PinnedRanges& out, const ibv_sge* sge, int num_sge, const Proc
 
 namespace {
 
+// Ranges of one process may overlap (a QP connected to itself, one region): moved.
 void copy_local(const iovec* dst, int ndst, const iovec* src, int nsrc) {
   if (ndst == 1 && nsrc == 1) {  // the common case, without the walk's bookkeeping
-    copy_tail_last(dst->iov_base, src->iov_base, std::min(dst->iov_len, src->iov_len));
+    move_tail_last(dst->iov_base, src->iov_base, std::min(dst->iov_len, src->iov_len));
     return;
   }
   int di = 0, si = 0;
   size_t doff = 0, soff = 0;
   while (di < ndst && si < nsrc) {
     const size_t n = std::min(dst[di].iov_len - doff, src[si].iov_len - soff);
-    copy_tail_last(static_cast<char*>(dst[di].iov_base) + doff,
+    move_tail_last(static_cast<char*>(dst[di].iov_base) + doff,
                    static_cast<const char*>(src[si].iov_base) + soff, n);
     doff += n;
     soff += n;
