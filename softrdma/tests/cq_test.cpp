@@ -143,6 +143,43 @@ TEST_F(CqTest, ASendQueueAsDeepAsItsCqNeverOverrunsItWhilePolledFromAnotherThrea
   EXPECT_FALSE(wait_readable(ctx()->async_fd, Millis{0})) << "an asynchronous event (CQ overrun)";
 }
 
+// An application asleep in ibv_get_cq_event has only the helper thread to retry its
+// RNR-delayed send. Arming the CQ tells the helper so, and it retries at the RNR timer's time
+// (10 us here) rather than after the grace it leaves a polling application (5 ms): the
+// completion follows the receive within a fraction of that grace.
+TEST_F(CqTest, AnApplicationAsleepInAnEventHasItsRnrRetriesRunAtTheirTime) {
+  ibv_comp_channel* channel = NewChannel();
+  ibv_cq* cq = NewCq(16, channel);
+  ASSERT_NE(cq, nullptr);
+  PairOptions o;
+  o.a_send_cq = cq;
+  ASSERT_NO_FATAL_FAILURE(ConnectPair(o));
+  Buffer buf = NewBuffer(64);
+  auto best = Clock::duration::max();
+  for (uint64_t id = 1; id <= 3; ++id) {
+    ASSERT_EQ(ibv_req_notify_cq(cq, 0), 0);
+    ASSERT_EQ(post_send(p_.a, send_wr(id), {buf.sge(0, 8)}), 0);  // no receive yet: RNR
+    std::atomic<Clock::rep> received{0};
+    std::thread receiver([&] {
+      std::this_thread::sleep_for(Millis(6));
+      received = Clock::now().time_since_epoch().count();
+      EXPECT_EQ(post_recv(p_.b, id, {buf.sge(8, 8)}), 0);
+    });
+    ibv_cq* event_cq = nullptr;
+    void* context = nullptr;
+    const bool woke =
+        wait_readable(channel->fd, kTimeout) && ibv_get_cq_event(channel, &event_cq, &context) == 0;
+    const auto woke_at = Clock::now();
+    receiver.join();
+    ASSERT_TRUE(woke);
+    ibv_ack_cq_events(event_cq, 1);
+    ASSERT_TRUE(completed(poll_one(cq), id));
+    ASSERT_TRUE(completed(poll_one(p_.cq_b), id));
+    best = std::min(best, woke_at - Clock::time_point(Clock::duration(received.load())));
+  }
+  EXPECT_LT(best, Millis(2)) << "from the receive to the send's completion, best of three";
+}
+
 TEST_F(CqTest, DestroyWhileAQpUsesItIsEbusy) {
   ASSERT_NO_FATAL_FAILURE(ConnectPair());
   EXPECT_EQ(DestroyCqNow(p_.cq_a), EBUSY);

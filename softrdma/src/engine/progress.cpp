@@ -28,12 +28,20 @@ struct ProgressState {
   // across hosts schedules its answer's deadline, and waking the helper for each would
   // cost a thread switch per message.
   Clock::time_point helper_sleeps_until = Clock::time_point::min();
-  uint64_t application_runs = 0;  // run_due_progress calls that ran what was due
 };
 
-// How long the helper leaves due work to an application whose own calls ran it while the
-// helper slept: such a thread is busy in the library and will be back within it.
-constexpr auto kApplicationGrace = std::chrono::microseconds(200);
+// How long due work is left to a polling application's own calls before the helper runs
+// it. A thread that polls runs it within microseconds of its time; one outside the library
+// for a while (preempted, in a system call, setting up) takes longer. Run from the helper,
+// the work would take the QP's locks and its peer's from another thread than the one that
+// posts, and revoke their bias to that thread for good (common/biased_lock.hpp): every
+// later post and delivery would pay a locked instruction per lock. 200 us was not enough
+// for perftest's start (docs/benchmarks.md).
+constexpr auto kApplicationGrace = std::chrono::milliseconds(5);
+
+// An application thread armed a CQ since the application last ran due work itself: it may
+// be asleep in ibv_get_cq_event, where only the helper can run its work, at once.
+std::atomic<bool> g_application_may_sleep{false};
 
 // The calls of run_due_progress, per thread, that look for due work (the first included).
 constexpr unsigned kRunEvery = 8;
@@ -49,6 +57,14 @@ std::atomic<uint32_t> g_pending{0};
 // schedule's lock, read without it by progress_schedule.
 std::atomic<pid_t> g_helper_pid{0};
 
+// When the helper runs work due at `when`: at once for an application that may be asleep,
+// else after the grace.
+Clock::time_point helper_time(Clock::time_point when) {
+  if (g_application_may_sleep.load(std::memory_order_relaxed)) return when;
+  return when > Clock::time_point::max() - kApplicationGrace ? Clock::time_point::max()
+                                                             : when + kApplicationGrace;
+}
+
 // The schedule's entries and their mirrors in the QPs change together, and a sleeping helper
 // learns of every entry due before it wakes; caller holds s.mutex.
 void set_due(ProgressState& s, Qp* qp, Clock::time_point when) {
@@ -56,7 +72,7 @@ void set_due(ProgressState& s, Qp* qp, Clock::time_point when) {
   if (!fresh && when < it->second) it->second = when;
   qp->progress.due.store(it->second.time_since_epoch().count(), std::memory_order_relaxed);
   g_pending.store(static_cast<uint32_t>(s.due.size()), std::memory_order_relaxed);
-  if (when < s.helper_sleeps_until) s.wake.notify_one();
+  if (helper_time(when) < s.helper_sleeps_until) s.wake.notify_one();
 }
 
 void forget_due(ProgressState& s, Qp* qp) {
@@ -76,13 +92,15 @@ void run_one(ProgressState& s, std::unique_lock<std::mutex>& lock, Qp* qp) {
   if (next) set_due(s, qp, *next);
 }
 
-// Runs due entries; returns the earliest time still pending.
-Clock::time_point run_due(ProgressState& s, std::unique_lock<std::mutex>& lock) {
+// Runs due entries, for the helper those its helper_time has come for; returns when the
+// next one will be (for the helper, its helper_time).
+Clock::time_point run_due(ProgressState& s, std::unique_lock<std::mutex>& lock, bool helper) {
   for (;;) {
     const auto now = Clock::now();
     Qp* pick = nullptr;
     Clock::time_point earliest = Clock::time_point::max();
-    for (auto& [qp, when] : s.due) {
+    for (auto& [qp, due] : s.due) {
+      const Clock::time_point when = helper ? helper_time(due) : due;
       if (when <= now) {
         pick = qp;
         break;
@@ -94,28 +112,14 @@ Clock::time_point run_due(ProgressState& s, std::unique_lock<std::mutex>& lock) 
   }
 }
 
-// The earliest entry's time, without running anything.
-Clock::time_point next_due(const ProgressState& s) {
-  Clock::time_point earliest = Clock::time_point::max();
-  for (const auto& [qp, when] : s.due) earliest = std::min(earliest, when);
-  return earliest;
-}
-
-// Progress belongs to the application's threads: the helper runs due work only when no
-// call of theirs ran it while the helper slept. Besides a thread switch, running it here
-// would take the QP's locks from another thread than the one that posts, and revoke their
-// bias to that thread for good (common/biased_lock.hpp).
+// Progress belongs to the application's threads: the helper runs work that no call of
+// theirs ran within kApplicationGrace of its time, or at once once they may be asleep
+// (helper_time).
 void helper_thread() {
   ProgressState& s = state();
   std::unique_lock lock(s.mutex);
-  // As if the application had just run due work: a thread that has only just started
-  // often gets the CPU before the application's next call does.
-  uint64_t application_runs_seen = s.application_runs - 1;
   for (;;) {
-    const bool application_busy = s.application_runs != application_runs_seen;
-    const auto earliest = application_busy ? std::max(next_due(s), Clock::now() + kApplicationGrace)
-                                           : run_due(s, lock);
-    application_runs_seen = s.application_runs;
+    const auto earliest = run_due(s, lock, /*helper=*/true);
     s.helper_sleeps_until = earliest;
     if (earliest == Clock::time_point::max())
       s.wake.wait(lock);
@@ -164,8 +168,19 @@ void run_due_progress() {
   ProgressState& s = state();
   std::unique_lock lock(s.mutex, std::try_to_lock);
   if (!lock.owns_lock()) return;
-  run_due(s, lock);
-  ++s.application_runs;
+  run_due(s, lock, /*helper=*/false);
+  if (g_application_may_sleep.load(std::memory_order_relaxed))
+    g_application_may_sleep.store(false, std::memory_order_relaxed);
+}
+
+void progress_application_may_sleep() {
+  if (g_application_may_sleep.load(std::memory_order_relaxed)) return;
+  g_application_may_sleep.store(true, std::memory_order_relaxed);
+  if (g_pending.load(std::memory_order_relaxed) == 0) return;
+  // A helper asleep until work's time plus the grace runs it at its time instead.
+  ProgressState& s = state();
+  std::lock_guard lock(s.mutex);
+  s.wake.notify_one();
 }
 
 }  // namespace softrdma

@@ -30,5 +30,9 @@ void progress_forget(Qp* qp);
 /// Runs whatever is due, on one call in a few of each thread. Costs one atomic load when
 /// nothing is pending.
 void run_due_progress();
+/// An application thread armed a CQ and may go to sleep in ibv_get_cq_event: until the
+/// application runs due work itself again, the helper runs it at its time, not after the
+/// grace it leaves a polling application.
+void progress_application_may_sleep();
 
 }  // namespace softrdma

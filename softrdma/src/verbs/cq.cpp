@@ -95,8 +95,9 @@ int poll_cq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
 
 int req_notify_cq(ibv_cq* cq, int solicited_only) {
   // The application will sleep until an event: what arrives from other hosts must wake the
-  // threads that serve it again.
+  // threads that serve it again, and its due work is the helper's.
   wire::Standby::wake_all();
+  progress_application_may_sleep();
   // An RMW, paired with the one in cq_push (see there).
   to_cq(cq)->shared->armed.exchange(solicited_only ? kCqArmedSolicited : kCqArmedAll,
                                     std::memory_order_acq_rel);
