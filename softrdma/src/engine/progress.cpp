@@ -177,10 +177,17 @@ void progress_application_may_sleep() {
   if (g_application_may_sleep.load(std::memory_order_relaxed)) return;
   g_application_may_sleep.store(true, std::memory_order_relaxed);
   if (g_pending.load(std::memory_order_relaxed) == 0) return;
-  // A helper asleep until work's time plus the grace runs it at its time instead.
+  // A helper asleep past some work's time (the grace) runs it at its time instead; one asleep
+  // until the earliest is left asleep, so that an event loop's every arming is not a thread
+  // switch.
   ProgressState& s = state();
   std::lock_guard lock(s.mutex);
-  s.wake.notify_one();
+  for (const auto& [qp, due] : s.due) {
+    if (due < s.helper_sleeps_until) {
+      s.wake.notify_one();
+      return;
+    }
+  }
 }
 
 }  // namespace softrdma
