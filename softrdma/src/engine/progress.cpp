@@ -113,7 +113,7 @@ Clock::time_point run_due(ProgressState& s, std::unique_lock<std::mutex>& lock, 
 }
 
 // Progress belongs to the application's threads: the helper runs work that no call of
-// theirs ran within kApplicationGrace of its time, or at once once they may be asleep
+// theirs ran within kApplicationGrace of its time, or at its time while they may be asleep
 // (helper_time).
 void helper_thread() {
   ProgressState& s = state();
