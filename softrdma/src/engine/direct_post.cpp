@@ -151,8 +151,9 @@ void complete_receive(const Qp& qp, const TargetQp& t, const ibv_send_wr& wr, ui
   RegionCache::Reach dest;
   if (!take_receive(qp, t, wr_id, &dest, length)) return false;
   // As a WRITE lands (engine/ordered_copy.hpp): the last word stored once, after the rest,
-  // and a short message copied without a call.
-  move_tail_last(dest.here, local, length);
+  // and a short message copied without a call. An empty SEND reaches no region: `dest` is
+  // set only for a message with bytes.
+  if (length) move_tail_last(dest.here, local, length);
   complete_receive(qp, t, wr, wr_id);
   return true;
 }
