@@ -9,10 +9,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <future>
 #include <memory>
 #include <thread>
 
+#include "wire/arrivals.hpp"
 #include "wire/standby.hpp"
 
 namespace {
@@ -49,10 +51,10 @@ class StandbyTest : public ::testing::Test {
   // Destroyed, it sends the thread back (wake_all) if it still stands by, and joins it.
   class StandingBy {
    public:
-    StandingBy(Standby& standby, int socket)
-        : thread_([this, &standby, socket] {
+    StandingBy(Standby& standby, int socket, std::function<void()> at_each_nap_end = {})
+        : thread_([this, &standby, socket, at_each_nap_end] {
             const auto began = std::chrono::steady_clock::now();
-            standby.stand_by(socket);
+            standby.stand_by(socket, at_each_nap_end);
             took_ = std::chrono::steady_clock::now() - began;
             done_.set_value();
           }) {}
@@ -147,13 +149,31 @@ TEST_F(StandbyTest, ItNapsWhileApplicationsTakeAndReturnsWhenTheyStopWithSomethi
   EXPECT_TRUE(standing->returned_within(kBound));
 }
 
-TEST_F(StandbyTest, SomethingLeftWaitingAWholeNapSendsTheThreadBackAfterTheFirstNap) {
+// Something seen waiting as a nap ends may have come just then: only when it still waits
+// after one more (short) nap without a take has it waited a whole nap untaken.
+TEST_F(StandbyTest, SomethingLeftWaitingAWholeNapUntakenSendsTheThreadBackAfterTwoNaps) {
   ask_to_stand_by();
   arrive();
-  StandingBy standing(standby_, pair_[0]);
+  int naps = 0;
+  StandingBy standing(standby_, pair_[0], [&naps] { ++naps; });
   ASSERT_TRUE(standing.returned_within(kBound));
-  EXPECT_GE(standing.took(), Standby::kFirstNap);
+  EXPECT_EQ(naps, 2);
+  EXPECT_GE(standing.took(), Standby::kFirstNap * 2);
   EXPECT_LT(standing.took(), Standby::kFirstNap * 2 + Standby::kLongestNap);
+}
+
+// The thread, woken by the kernel, often serves an arrival first although applications are
+// at it (their calls look at the sockets, and would have taken it): it stands by at once.
+TEST_F(StandbyTest, ApplicationsLookingSinceTheThreadLastServedSendItToStandByAtItsServe) {
+  softrdma::wire::looks_by_applications.store(0);
+  standby_.thread_took();
+  EXPECT_FALSE(readable(standby_.fd()));
+  softrdma::wire::looks_by_applications.fetch_add(Standby::kStandDownAfterLooks - 1);
+  standby_.thread_took();
+  EXPECT_FALSE(readable(standby_.fd())) << "too few looks since its last serve";
+  softrdma::wire::looks_by_applications.fetch_add(Standby::kStandDownAfterLooks);
+  standby_.thread_took();
+  EXPECT_TRUE(readable(standby_.fd()));
 }
 
 TEST_F(StandbyTest, AQuietProcessSendsTheThreadBackToItsSockets) {

@@ -954,6 +954,62 @@ TEST_F(TcpPathTest, AnAnswerLeftForTheNextPollGoesOutWhenThereIsNone) {
   close(s);
 }
 
+// An application whose every poll returns a completion (its own same-host WRITEs keep
+// coming) still runs, in the polls that look at the sockets, the SENDs another host sent
+// it: the serving thread, woken by the kernel for the first of them, then stands by
+// instead of being woken for each.
+TEST_F(TcpPathTest, APollThatReturnsCompletionsAlsoRunsTheRequestsThatArrived) {
+  ASSERT_NO_FATAL_FAILURE(ConnectPair());
+  Buffer received = NewBuffer(64, kRemoteAccess, 0);
+  Buffer target = NewBuffer(8, kRemoteAccess, 0);
+  constexpr uint32_t kSends = 1000;
+  constexpr uint32_t kFirst = 50;  // before the count: the serving thread's first wake-ups
+  constexpr int kReceives = 16;
+  constexpr int kWritesInFlight = 8;
+  constexpr uint64_t kWriteId = ~uint64_t{0};
+  for (int i = 0; i < kReceives; ++i) ASSERT_EQ(post_recv(p_.b, i, {received.sge()}), 0);
+  std::atomic<uint32_t> taken{0};
+  std::jthread application([&] {  // joined however the test ends
+    const auto give_up = Clock::now() + kTimeout;
+    int in_flight = 0;
+    ibv_wc wc{};
+    while (taken.load() < kSends && Clock::now() < give_up) {
+      for (; in_flight < kWritesInFlight; ++in_flight)
+        if (post_send(p_.b, rdma_wr(kWriteId, IBV_WR_RDMA_WRITE, target.addr(), target.mr->rkey),
+                      {target.sge()}) != 0)
+          return;
+      if (ibv_poll_cq(p_.cq_b, 1, &wc) != 1 || wc.status != IBV_WC_SUCCESS) return;
+      if (wc.wr_id == kWriteId) {
+        --in_flight;
+        continue;
+      }
+      if (post_recv(p_.b, wc.wr_id, {received.sge()}) != 0) return;
+      taken.fetch_add(1);
+    }
+  });
+  const int s = connect_to(own_port());
+  ASSERT_GE(s, 0);
+  std::optional<ThreadUsage> before;
+  for (uint32_t psn = 0; psn < kSends; ++psn) {
+    if (psn == kFirst) before = usage_of_threads("softrdma-serve");
+    wire::Response r{};
+    for (int tries = 0; tries < 5000; ++tries) {  // RNR: the application is behind
+      r = request_over_tcp(s, IBV_WR_SEND, received, 0, psn, 's');
+      if (r.reply != wire::Reply::kRnr) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_EQ(r.reply, wire::Reply::kDone) << "SEND " << psn << ", " << taken.load() << " taken";
+  }
+  const std::optional<ThreadUsage> after = usage_of_threads("softrdma-serve");
+  application.join();
+  EXPECT_EQ(taken.load(), kSends);
+  ASSERT_TRUE(before && after) << "no serving thread";
+  // Measured: 35-54 wake-ups; 632-659 when a poll that took a completion ran nothing.
+  EXPECT_LT(after->wakeups - before->wakeups, (kSends - kFirst) / 8)
+      << "the serving thread ran the SENDs";
+  close(s);
+}
+
 // A polling application's poll that reads a short request of a QP whose traffic flows both
 // ways (kTakesCarriedAcks) leaves its bytes in the socket until the next read of it, by its
 // next poll or by the serving thread, so that the kernel's acknowledgement leaves after the
@@ -1055,6 +1111,54 @@ TEST_F(TcpPathTest, AServingThreadThatAnsweredAReadLooksForTheNextBeforeItSleeps
   ASSERT_TRUE(quiet && later);
   EXPECT_LE(later->cpu_ticks - quiet->cpu_ticks, 3) << "the serving thread spins without traffic";
   close(s);
+}
+
+// An application that mostly posts (WRITEs to another host, one in kSignalEvery signalled,
+// the CQ polled only when the send queue is full): its posts look at the sockets too, after
+// releasing the send queue's lock, and take the answers, so the link's reader thread, woken
+// by the kernel for the first of them, stands by instead of being woken for the rest.
+TEST_F(TcpPathTest, APostingApplicationTakesTheAnswersItselfAndTheReaderStandsBy) {
+  constexpr uint32_t kFakeQpn = 0x4343;
+  constexpr uint32_t kWrites = 4000;  // some 60 send queues' worth
+  constexpr uint32_t kSignalEvery = 16;
+  std::atomic<int> seen{0};
+  FakeHost fake("127.0.0.3", kFakeQpn, answering_host(Millis{0}, IBV_QPT_RC, seen));
+  ASSERT_EQ(fake.error(), "");
+  ibv_cq* cq = NewCq();
+  ibv_qp* qp = NewQp(IBV_QPT_RC, cq, cq, QpCaps{}, /*sq_sig_all=*/false);
+  ASSERT_NE(qp, nullptr);
+  ASSERT_EQ(rc_connect(qp, kFakeQpn, fake_host_gid("127.0.0.3"), RcParams{}), 0);
+  Buffer src = NewBuffer(8, kRemoteAccess, 1);
+  uint32_t completed = 0;
+  auto post_write = [&](uint32_t id) {
+    const unsigned flags = id % kSignalEvery == kSignalEvery - 1 ? IBV_SEND_SIGNALED : 0;
+    int err = ENOMEM;
+    for (const auto give_up = Clock::now() + kTimeout; err == ENOMEM && Clock::now() < give_up;) {
+      err = post_send(qp, rdma_wr(id, IBV_WR_RDMA_WRITE, 0x1000, 0x77, flags), {src.sge()});
+      ibv_wc wc{};
+      if (err == ENOMEM && ibv_poll_cq(cq, 1, &wc) == 1)
+        completed += wc.status == IBV_WC_SUCCESS ? kSignalEvery : 0;
+    }
+    return err;
+  };
+  ASSERT_EQ(post_write(0), 0);  // connects the link and starts its reader
+  for (const auto give_up = Clock::now() + kTimeout; seen.load() == 0 && Clock::now() < give_up;)
+    std::this_thread::yield();
+  const std::optional<ThreadUsage> before = usage_of_threads("softrdma-reader");
+  ASSERT_TRUE(before) << "no reader thread";
+  static_assert(kWrites % kSignalEvery == 0, "the last WRITE is signalled");
+  for (uint32_t i = 1; i < kWrites; ++i) ASSERT_EQ(post_write(i), 0) << "WRITE " << i;
+  const std::optional<ThreadUsage> after = usage_of_threads("softrdma-reader");
+  ASSERT_TRUE(after);
+  for (const auto give_up = Clock::now() + kTimeout;
+       completed < kWrites && Clock::now() < give_up;) {
+    ibv_wc wc{};
+    if (ibv_poll_cq(cq, 1, &wc) == 1) completed += wc.status == IBV_WC_SUCCESS ? kSignalEvery : 0;
+  }
+  EXPECT_EQ(completed, kWrites);
+  EXPECT_EQ(seen.load(), static_cast<int>(kWrites));
+  // Measured: 24-83 wake-ups; 388-583 when only polls looked.
+  EXPECT_LT(after->wakeups - before->wakeups, kWrites / 20) << "the reader was woken for answers";
 }
 
 // After RESET the sequence starts again from the first request.

@@ -11,8 +11,8 @@
 #include "verbs/device_limits.hpp"
 #include "verbs/objects.hpp"
 #include "verbs/ops.hpp"
+#include "wire/application_looks.hpp"
 #include "wire/arrivals.hpp"
-#include "wire/link.hpp"
 #include "wire/listener.hpp"
 #include "wire/standby.hpp"
 
@@ -66,16 +66,14 @@ void to_wc(const CqEntry& e, ibv_wc& wc) {
 // A poll in a process with sockets to other hosts (wire/arrivals.hpp), out of line: the
 // same-host poll stays short. Answers to this process's requests are taken here (on one
 // poll in a few of each thread) instead of by the link's reader thread woken for them; they
-// may complete something on this CQ. A poll that found nothing then executes the requests
-// other hosts sent this process's QPs (a SEND it may be waiting for), rather than wait for
-// the serving thread to be scheduled, and looks again.
+// may complete something on this CQ. The poll then executes the requests other hosts sent
+// this process's QPs, rather than leave them to the serving thread (a thread switch), and if
+// it had found no completion, looks again: a SEND it may be waiting for has landed.
 [[gnu::noinline]] int poll_with_arrivals(Cq* c, int num_entries, ibv_wc* wc) {
-  wire::send_deferred_answers();
-  const wire::Arrivals arrived = wire::arrivals();
-  if (arrived.responses) wire::Link::take_arrived_responses();
+  const wire::Arrivals arrived = wire::look_at_sockets();
   BiasedLock::Guard one_poll_at_a_time(c->poll_lock);
   const int taken = take_completions(c->shared, num_entries, wc);
-  if (taken != 0 || !wire::serve_arrived_requests(arrived)) return taken;
+  if (!wire::serve_arrived_requests(arrived) || taken != 0) return taken;
   return take_completions(c->shared, num_entries, wc);
 }
 

@@ -6,11 +6,13 @@
 #include "engine/responder.hpp"
 #include "verbs/objects.hpp"
 #include "verbs/ops.hpp"
+#include "wire/application_looks.hpp"
 
 namespace softrdma {
 
-int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
-  Qp& q = *to_qp(qp);
+namespace {
+
+int post_under_lock(Qp& q, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   BiasedLock::Guard lock(q.sq_mutex);
   for (; wr; wr = wr->next) {
     // Only a type 2 window is bound by a work request; type 1 goes through ibv_bind_mw.
@@ -22,6 +24,14 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     }
   }
   return 0;
+}
+
+}  // namespace
+
+int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
+  const int err = post_under_lock(*to_qp(qp), wr, bad_wr);
+  wire::look_after_post();
+  return err;
 }
 
 int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {

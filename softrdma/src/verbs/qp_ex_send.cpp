@@ -10,6 +10,7 @@
 #include "verbs/device_limits.hpp"
 #include "verbs/objects.hpp"
 #include "verbs/ops.hpp"
+#include "wire/application_looks.hpp"
 
 namespace softrdma {
 namespace {
@@ -222,6 +223,7 @@ int wr_complete(ibv_qp_ex* qpx) {
     for (size_t i = 0; !err && i < b.entries.size(); ++i) err = requester_post(q, b.entries[i].wr);
   }
   b.entries.clear();
+  wire::look_after_post();
   return err;
 }
 

@@ -100,6 +100,7 @@ Arrivals arrivals_now(size_t watched) {
   const int epfd = current_epfd(s);
   Arrivals a;
   if (epfd < 0) return a;
+  add_unlocked(looks_by_applications, 1);
   const size_t inbound = s.inbound_count.load(std::memory_order_acquire);
   if (watched <= kReadDirectlyAtMost && inbound <= kReadDirectlyAtMost) {
     a.responses = watched > inbound;

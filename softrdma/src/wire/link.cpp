@@ -95,19 +95,19 @@ std::shared_ptr<Link> Link::to(uint32_t ipv4_be, uint16_t port) {
 
 bool Link::take_arrived_responses_now() {
   Links& l = links();
-  // Copied out first: handling an answer may retransmit, which looks a link up.
-  constexpr size_t kMostLinks = 8;
-  std::shared_ptr<Link> taken[kMostLinks];
-  size_t n = 0;
+  // Copied out first: handling an answer may retransmit, which looks a link up. Every link:
+  // a reader standing by counts on applications' looks reaching its socket (standby.hpp).
+  // (An allocation beside the recv per link that follows.)
+  std::vector<std::shared_ptr<Link>> taken;
   {
     std::unique_lock lock(l.mutex, std::try_to_lock);
     if (!lock || l.pid != current_pid()) return false;
     for (auto& [destination, link] : l.by_destination)
-      if (n < kMostLinks && link->alive()) taken[n++] = link;
+      if (link->alive()) taken.push_back(link);
   }
   bool handled = false;
-  for (size_t i = 0; i < n; ++i) {
-    Link& link = *taken[i];
+  for (const std::shared_ptr<Link>& each : taken) {
+    Link& link = *each;
     std::unique_lock reading(link.read_mutex_, std::try_to_lock);
     if (!reading) continue;
     bool handled_here = false;

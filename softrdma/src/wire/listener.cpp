@@ -163,9 +163,10 @@ class ResponderLoop {
     }
     // Ends by the time a held acknowledgement falls due, which the caller then sends.
     const Clock::time_point start = now;
-    const uint64_t looks = looks_by_polls.load(std::memory_order_relaxed);
+    const uint64_t looks = looks_by_applications.load(std::memory_order_relaxed);
     for (const auto end = std::min(look_until, start + timeout);
-         now < end && looks_by_polls.load(std::memory_order_relaxed) == looks; now = Clock::now()) {
+         now < end && looks_by_applications.load(std::memory_order_relaxed) == looks;
+         now = Clock::now()) {
       const int n = epoll_wait(epfd_, events, most, 0);
       if (n != 0) return n;
     }
@@ -412,6 +413,12 @@ void at_exit() {
   SOFTRDMA_DEBUG_LOG("large payloads read straight into place: %llu of %llu",
                      static_cast<unsigned long long>(landing.landed),
                      static_cast<unsigned long long>(landing.large));
+  const Standby::Totals reads = Standby::totals();
+  SOFTRDMA_DEBUG_LOG(
+      "reads that took arrivals: %llu by applications' calls, %llu by the "
+      "library's threads",
+      static_cast<unsigned long long>(reads.by_applications),
+      static_cast<unsigned long long>(reads.by_threads));
   send_deferred_answers_before_leaving();
   // Sockets the process's exit closes must hold no unread bytes, or the peers see a reset
   // and lose the answers still queued.

@@ -72,23 +72,34 @@ void Standby::stand_by(int arrivals, const std::function<void()>& at_each_nap_en
     threads_standing_by.fetch_add(1, std::memory_order_release);
   }
   napping_.store(true, std::memory_order_relaxed);
-  // No request while standing by (its write would end the nap): thread_took() at the end
-  // starts the count again.
+  // No request while standing by (its write would end the nap): start_count_again() at the
+  // end starts the count again.
   stand_down_at_.store(UINT64_MAX, std::memory_order_relaxed);
   // Only hang-ups and errors end a nap early: POLLRDHUP without POLLIN is not woken by
   // arriving data (an epoll descriptor, which reports only POLLIN, never ends one).
   pollfd watched[2] = {{fd_, POLLIN, 0}, {arrivals, POLLRDHUP, 0}};
-  for (auto nap = kFirstNap;; nap = std::min(nap * 2, kLongestNap)) {
+  // Something found waiting as a nap ended with no take may have come just then: it has
+  // waited a whole nap untaken only if it still waits after one more, short, nap without a
+  // take. (Returning at the first sight sent the thread back in most naps of a two-way
+  // stream, whose application posts for a while between its polls.)
+  bool waited_at_last_end = false;
+  for (auto nap = kFirstNap;;) {
     const uint64_t taken_before = took_.load(std::memory_order_relaxed);
     const timespec timeout = to_timespec(nap);
     if (ppoll(watched, 2, &timeout, nullptr) != 0) break;  // woken, or the socket ended
     if (at_each_nap_end) at_each_nap_end();
-    if (took_.load(std::memory_order_relaxed) != taken_before) continue;
-    // A whole nap without a take while something waits: nobody polls for it.
+    const bool took = took_.load(std::memory_order_relaxed) != taken_before;
     pollfd waiting{arrivals, POLLIN, 0};
-    if (poll(&waiting, 1, 0) != 0) break;
+    if (!took && poll(&waiting, 1, 0) != 0) {
+      if (waited_at_last_end) break;  // nobody calls for it
+      waited_at_last_end = true;
+      nap = kFirstNap;
+      continue;
+    }
+    waited_at_last_end = false;
     // Quiet for a longest nap: idle, and waiting on the sockets costs nothing then.
-    if (nap == kLongestNap) break;
+    if (!took && nap == kLongestNap) break;
+    nap = std::min(nap * 2, kLongestNap);
   }
   napping_.store(false, std::memory_order_relaxed);
   {
@@ -103,7 +114,7 @@ void Standby::stand_by(int arrivals, const std::function<void()>& at_each_nap_en
   // made as this one began is stale.
   drain();
   stand_down_requested_.store(false, std::memory_order_relaxed);
-  thread_took();
+  start_count_again();
 }
 
 void Standby::wake_all_now() {
