@@ -6,6 +6,7 @@ import re
 import socket
 import statistics
 import subprocess
+import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -163,6 +164,30 @@ def ucx(test, size, tls, hosts=None, iterations=20000, rate=False, extra=(), ban
     if bandwidth is None:
         bandwidth = test.endswith("_bw")
     return float(f[5]) if bandwidth else float(f[2])
+
+
+def cpus_busy_during(thunk, start=0.5, window=0.5):
+    """Runs `thunk` and returns its result with the share of all CPUs (0-1) busy from `start`
+    seconds after it began, for `window` seconds (/proc/stat): what a stream leaves idle.
+    The thunk must run longer than start + window."""
+    def sample():
+        fields = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+        return sum(fields), fields[3] + fields[4]  # all, idle + iowait
+
+    share = {}
+
+    def measure():
+        time.sleep(start)
+        a = sample()
+        time.sleep(window)
+        b = sample()
+        share["busy"] = 1 - (b[1] - a[1]) / (b[0] - a[0])
+
+    t = threading.Thread(target=measure)
+    t.start()
+    result = thunk()
+    t.join()
+    return result, share["busy"]
 
 
 def chart(directory, name, series, metric, title, bars=True):

@@ -7,7 +7,8 @@ Across hosts (two network namespaces joined by veth, created here; needs root): 
 on softrdma's TCP transport against one iperf3 stream and ucx_perftest over TCP, with the
 socket's own floor under the latencies (bench/tcp_ping_pong).
 Each pair runs --runs times, interleaved, and the medians are compared; two-way streams
-(`-b`) are compared, per direction, with one way alone. Also: the CPU the
+(`-b`) are compared, per direction, with one way alone, and beside them how busy the two
+CPUs are under one long stream one way and both ways, softrdma's and iperf3's. Also: the CPU the
 serving process used per GiB written across hosts, RDMA CM connection set-up rate (100
 connections) beside plain TCP's and what creating and destroying a connection's CQs and QP
 costs (bench/verbs_setup_cost), the CPU used by a process holding 100 connected idle QPs,
@@ -24,7 +25,7 @@ import re
 import statistics
 import subprocess
 
-from benchlib import ROOT, Hosts, chart, pair, perftest, ucx
+from benchlib import ROOT, Hosts, chart, cpus_busy_during, pair, perftest, ucx
 from rdmakit_vs_raw import instructions_per_op
 from tcp_ping_pong import floors
 
@@ -210,6 +211,18 @@ def main():
             each, one = (statistics.median(x[i] for x in tcp_each) for i in (0, 1))
             print("for reference, iperf3 --bidir: %.0f MiB/s each way against %.0f one way "
                   "(%.2fx), medians of %d" % (each, one, each / one, a.runs))
+            # What the streams leave of the two CPUs: a one-way stream that already keeps
+            # them busy leaves little for the second direction.
+            # (perftest runs 4 s after its set-up, iperf3 3 s: the window lies within both.)
+            busy = [cpus_busy_during(f, start=1.5, window=1.5) for f in (
+                lambda: perftest(run, "ib_write_bw", ["-s", "65536", "-D", "4"], hosts),
+                lambda: perftest(run, "ib_write_bw", ["-s", "65536", "-D", "4", "-b"], hosts),
+                lambda: iperf3(hosts), lambda: iperf3(hosts, True))]
+            print("CPUs busy, one long run each: ib_write_bw one way %.0f MiB/s, %.0f%%; both "
+                  "ways %.0f MiB/s each way, %.0f%%; iperf3 one way %.0f MiB/s, %.0f%%; --bidir "
+                  "%.0f MiB/s each way, %.0f%%" %
+                  (busy[0][0], 100 * busy[0][1], busy[1][0] / 2, 100 * busy[1][1],
+                   busy[2][0], 100 * busy[2][1], busy[3][0], 100 * busy[3][1]))
         finally:
             hosts.close()
     print()
