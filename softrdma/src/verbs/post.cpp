@@ -30,6 +30,7 @@ int post_under_lock(Qp& q, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
 
 int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   const int err = post_under_lock(*to_qp(qp), wr, bad_wr);
+  // Outside the lock: what the look serves may complete a request of this very QP.
   wire::look_after_post();
   return err;
 }
