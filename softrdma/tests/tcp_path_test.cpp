@@ -1004,8 +1004,9 @@ TEST_F(TcpPathTest, APollThatReturnsCompletionsAlsoRunsTheRequestsThatArrived) {
   application.join();
   EXPECT_EQ(taken.load(), kSends);
   ASSERT_TRUE(before && after) << "no serving thread";
-  // Measured: 35-54 wake-ups; 632-659 when a poll that took a completion ran nothing.
-  EXPECT_LT(after->wakeups - before->wakeups, (kSends - kFirst) / 8)
+  // Measured: 35-54 wake-ups alone, 182 once beside the suite's other tests (before the
+  // program ran alone); 632-870 when a poll that took a completion ran nothing.
+  EXPECT_LT(after->wakeups - before->wakeups, (kSends - kFirst) / 3)
       << "the serving thread ran the SENDs";
   close(s);
 }
@@ -1157,8 +1158,10 @@ TEST_F(TcpPathTest, APostingApplicationTakesTheAnswersItselfAndTheReaderStandsBy
   }
   EXPECT_EQ(completed, kWrites);
   EXPECT_EQ(seen.load(), static_cast<int>(kWrites));
-  // Measured: 24-83 wake-ups; 388-583 when only polls looked.
-  EXPECT_LT(after->wakeups - before->wakeups, kWrites / 20) << "the reader was woken for answers";
+  // Measured alone: 24-83 wake-ups; 211-1106 when only polls looked, but for one run in
+  // eight, where those polls' takes stood the reader down by chance (28). Beside a busy loop
+  // on one of the two cores: 275-481, hence a program that runs alone.
+  EXPECT_LT(after->wakeups - before->wakeups, kWrites / 16) << "the reader was woken for answers";
 }
 
 // After RESET the sequence starts again from the first request.
