@@ -77,6 +77,14 @@ void run_raw(Setup& s, uint32_t depth, uint64_t ops, size_t size, ibv_wr_opcode 
   receive.num_sge = 1;
   std::array<ibv_wc, 32> wcs;
   uint64_t posted = 0, completed = 0, received = 0;
+  // Takes the peer's receive completions that are there, each checked.
+  auto take_receives = [&] {
+    const int r = ibv_poll_cq(s.peer_cq.get(), static_cast<int>(wcs.size()), wcs.data());
+    if (r < 0) fail("ibv_poll_cq failed");
+    for (int i = 0; i < r; ++i)
+      if (wcs[static_cast<size_t>(i)].status != IBV_WC_SUCCESS) fail("receive failed");
+    received += static_cast<uint64_t>(r);
+  };
   uint32_t outstanding = 0;
   ibv_qp* qp = s.qp.get();
   ibv_cq* cq = s.cq.get();
@@ -100,17 +108,11 @@ void run_raw(Setup& s, uint32_t depth, uint64_t ops, size_t size, ibv_wr_opcode 
       outstanding -= static_cast<uint32_t>(covered);
       completed += covered;
     }
-    const int r = send ? ibv_poll_cq(s.peer_cq.get(), static_cast<int>(wcs.size()), wcs.data()) : 0;
-    for (int i = 0; i < r; ++i)
-      if (wcs[static_cast<size_t>(i)].status != IBV_WC_SUCCESS) fail("receive failed");
-    received += static_cast<uint64_t>(std::max(r, 0));
+    if (send) take_receives();
   }
   // The receives' completions the last polls did not take.
   const auto deadline = Clock::now() + std::chrono::seconds(10);
-  while (send && received < ops && Clock::now() < deadline) {
-    const int r = ibv_poll_cq(s.peer_cq.get(), static_cast<int>(wcs.size()), wcs.data());
-    received += static_cast<uint64_t>(std::max(r, 0));
-  }
+  while (send && received < ops && Clock::now() < deadline) take_receives();
   if (send && received != ops) fail("a SEND's receive did not complete");
 }
 
