@@ -238,9 +238,7 @@ TEST_P(CmBlockingWaiters, SetUpAndTearDownEveryConnection) {
 INSTANTIATE_TEST_SUITE_P(Handshakes, CmBlockingWaiters,
                          ::testing::Values(HandshakeCase{"one_at_a_time", 1, 30},
                                            HandshakeCase{"eighty_at_once", 80, 1}),
-                         [](const ::testing::TestParamInfo<HandshakeCase>& param) {
-                           return std::string(param.param.name);
-                         });
+                         CaseName{});
 
 }  // namespace
 }  // namespace softrdma_test

@@ -462,9 +462,7 @@ TEST_P(CqMemoryReuse, ANewCqWhereADestroyedOneWasFindsNothingLeft) {
 INSTANTIATE_TEST_SUITE_P(Rings, CqMemoryReuse,
                          ::testing::Values(ReuseCase{"few_pages_kept", 400, 300},
                                            ReuseCase{"many_pages_given_back", 3000, 2000}),
-                         [](const ::testing::TestParamInfo<ReuseCase>& param) {
-                           return std::string(param.param.name);
-                         });
+                         CaseName{});
 
 }  // namespace
 }  // namespace softrdma_test

@@ -521,9 +521,7 @@ INSTANTIATE_TEST_SUITE_P(Sizes, ReceiveQueueRounding,
                                            RoundingCase{"own_queue_of_64", false, 64},
                                            RoundingCase{"srq_of_5", true, 5},
                                            RoundingCase{"srq_of_100", true, 100}),
-                         [](const ::testing::TestParamInfo<RoundingCase>& param) {
-                           return std::string(param.param.name);
-                         });
+                         CaseName{});
 
 // A request whose source and target overlap (both QPs of this process, one region) moves the
 // bytes as memmove does: a plain copy of overlapping ranges is undefined.
@@ -573,9 +571,7 @@ INSTANTIATE_TEST_SUITE_P(Requests, OverlappingRanges,
                                            OverlapCase{"read_4KiB", IBV_WR_RDMA_READ, 4096},
                                            OverlapCase{"send_64B", IBV_WR_SEND, 64},
                                            OverlapCase{"send_4KiB", IBV_WR_SEND, 4096}),
-                         [](const ::testing::TestParamInfo<OverlapCase>& param) {
-                           return std::string(param.param.name);
-                         });
+                         CaseName{});
 
 }  // namespace
 }  // namespace softrdma_test

@@ -267,6 +267,15 @@ inline ibv_qp_state qp_state(ibv_qp* qp) {
   return a.qp_state;
 }
 
+/// Names each case of a parameterised test by its `name` member (INSTANTIATE_TEST_SUITE_P's
+/// name generator).
+struct CaseName {
+  template <class Case>
+  std::string operator()(const ::testing::TestParamInfo<Case>& info) const {
+    return std::string(info.param.name);
+  }
+};
+
 inline ibv_send_wr send_wr(uint64_t wr_id, ibv_wr_opcode opcode = IBV_WR_SEND,
                            unsigned flags = IBV_SEND_SIGNALED) {
   ibv_send_wr wr{};
