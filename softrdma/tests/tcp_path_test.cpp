@@ -1006,9 +1006,10 @@ TEST_F(TcpPathTest, APollThatReturnsCompletionsAlsoRunsTheRequestsThatArrived) {
   ASSERT_TRUE(before && after) << "no serving thread";
   // Measured: 35-54 wake-ups alone, 182 once beside the suite's other tests (before the
   // program ran alone); 632-870 when a poll that took a completion ran nothing.
-  if constexpr (!kInstrumented)
+  if constexpr (!kInstrumented) {
     EXPECT_LT(after->wakeups - before->wakeups, (kSends - kFirst) / 3)
         << "the serving thread ran the SENDs";
+  }
   close(s);
 }
 
@@ -1105,8 +1106,9 @@ TEST_F(TcpPathTest, AServingThreadThatAnsweredAReadLooksForTheNextBeforeItSleeps
   const std::optional<ThreadUsage> after = usage_of_threads("softrdma-serve");
   ASSERT_TRUE(after);
   // Without the look, one wake-up per request (measured: 1950).
-  if constexpr (!kInstrumented)
+  if constexpr (!kInstrumented) {
     EXPECT_LT(after->wakeups - before->wakeups, kReads / 4) << "the serving thread slept between";
+  }
   std::this_thread::sleep_for(Millis{50});
   const std::optional<ThreadUsage> quiet = usage_of_threads("softrdma-serve");
   std::this_thread::sleep_for(Millis{300});
@@ -1164,8 +1166,9 @@ TEST_F(TcpPathTest, APostingApplicationTakesTheAnswersItselfAndTheReaderStandsBy
   // eight, where those polls' takes stood the reader down by chance (28). Beside a busy loop
   // on one of the two cores: 275-481, hence a program that runs alone. Under a sanitizer the
   // posts are slower against the kernel's wake-ups (315 in CI), so only the answers count there.
-  if constexpr (!kInstrumented)
+  if constexpr (!kInstrumented) {
     EXPECT_LT(after->wakeups - before->wakeups, kWrites / 16) << "the reader was woken for answers";
+  }
 }
 
 // After RESET the sequence starts again from the first request.
