@@ -109,9 +109,12 @@ bool Link::take_arrived_responses_now() {
   for (const std::shared_ptr<Link>& each : taken) {
     Link& link = *each;
     std::unique_lock reading(link.read_mutex_, std::try_to_lock);
-    if (!reading) continue;
+    if (!reading || link.quiet_.skip_this_look()) continue;
     bool handled_here = false;
-    if (!link.take_responses(handled_here)) {
+    const uint64_t read_before = link.bytes_read_;
+    const bool open = link.take_responses(handled_here);
+    link.quiet_.read(link.bytes_read_ != read_before);
+    if (!open) {
       reading.unlock();
       link.shut();  // wakes the reader, which reports the link down
     }
@@ -263,6 +266,7 @@ bool Link::take_responses(bool& handled) {
       return false;
     }
     filled_ += static_cast<size_t>(r);
+    bytes_read_ += static_cast<uint64_t>(r);
     size_t used = 0;
     while (filled_ - used >= sizeof(Response)) {
       Response h;

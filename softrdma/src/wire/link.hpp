@@ -20,6 +20,7 @@
 
 #include "wire/outgoing.hpp"
 #include "wire/protocol.hpp"
+#include "wire/quiet_socket.hpp"
 #include "wire/standby.hpp"
 
 namespace softrdma::wire {
@@ -82,6 +83,8 @@ class Link {
   std::mutex read_mutex_;    // guards the members below: one thread reads at a time
   std::vector<char> input_;  // bytes read, up to filled_, not yet handled
   size_t filled_ = 0;
+  uint64_t bytes_read_ = 0;  // ever, by any thread
+  QuietSocket quiet_;        // how often applications' looks read the socket
   bool broken_ = false;
   std::mutex write_mutex_;  // guards the members below and the order of bytes on fd_
   std::condition_variable backlog_ready_;
