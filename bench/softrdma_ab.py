@@ -33,6 +33,7 @@ TESTS = {
     "send_lat": ("ib_send_lat", ["-s", "8", "-n", "5000"], 1),
     "write_lat_64KiB": ("ib_write_lat", ["-s", "65536", "-n", "3000"], 1),
     "send_lat_64KiB": ("ib_send_lat", ["-s", "65536", "-n", "3000"], 1),
+    "send_lat_ud": ("ib_send_lat", ["-c", "UD", "-s", "8", "-n", "5000"], 1),
     "read_lat": ("ib_read_lat", ["-s", "8", "-n", "5000"], 1),
     "read_bw": ("ib_read_bw", ["-s", "65536", "-n", "5000"], 1),
     # 8-byte streams: what each request costs the library, where the bytes cost nothing

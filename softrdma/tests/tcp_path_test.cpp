@@ -23,6 +23,7 @@
 #include "support/subprocess.hpp"
 #include "support/thread_usage.hpp"
 #include "verbs_fixture.hpp"
+#include "wire/datagram_acks.hpp"
 #include "wire/protocol.hpp"
 
 namespace softrdma_test {
@@ -508,15 +509,18 @@ void close_with_reset(int c) {
   close(c);
 }
 
-// Reads one request from `c`, counts it in `seen` if it is of `type`, and answers it "done"
-// after `delay` (never, when it is negative). False when no whole request came.
-bool answer_request(int c, Millis delay, ibv_qp_type type, std::atomic<int>& seen) {
+// Reads one request from `c` (its header into `*read`, if given), counts it in `seen` if it
+// is of `type`, and answers it "done" after `delay` (never, when it is negative). False when
+// no whole request came.
+bool answer_request(int c, Millis delay, ibv_qp_type type, std::atomic<int>& seen,
+                    wire::Request* read = nullptr) {
   wire::Request h{};
   std::vector<char> payload;
   if (!read_all(c, &h, sizeof h, kTimeout)) return false;
   payload.resize(h.payload_len);
   if (!read_all(c, payload.data(), payload.size(), kTimeout)) return false;
   if (h.magic == wire::kMagic && h.qp_type == type) ++seen;
+  if (read) *read = h;
   if (delay < Millis{0}) return true;
   std::this_thread::sleep_for(delay);
   wire::Response r{};
@@ -716,6 +720,149 @@ TEST_F(TcpPathTest, ADatagramWhoseConnectionsKeepBreakingGoesOutABoundedNumberOf
   breaking.finish();
   EXPECT_EQ(seen.load(), 1 + softrdma::kMostResendsAfterABreak);
   EXPECT_EQ(qp_state(qp), IBV_QPS_RTS);
+}
+
+// A datagram of the fake host at `ip`, QP `src_qpn`, to this process's UD QP `dest_qpn`: a
+// SEND of 8 bytes of `byte`, request `psn`.
+wire::Request datagram_header(const char* ip, uint32_t src_qpn, uint32_t dest_qpn, uint32_t psn) {
+  wire::Request h{};
+  h.magic = wire::kMagic;
+  h.kind = wire::Kind::kRequest;
+  h.opcode = IBV_WR_SEND;
+  h.qp_type = IBV_QPT_UD;
+  h.dest_qpn = dest_qpn;
+  h.src_qpn = src_qpn;
+  h.psn = psn;
+  h.qkey = 0x2222;  // TcpPathTest::kDatagramQkey
+  h.length = h.payload_len = 8;
+  h.src_gid[10] = h.src_gid[11] = 0xff;
+  inet_pton(AF_INET, ip, &h.src_gid[12]);
+  return h;
+}
+
+bool send_datagram(int s, const wire::Request& h, char byte) {
+  const std::vector<char> payload(h.payload_len, byte);
+  return send(s, &h, sizeof h, MSG_MORE | MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof h) &&
+         send(s, payload.data(), payload.size(), MSG_NOSIGNAL) ==
+             static_cast<ssize_t>(payload.size());
+}
+
+// A datagram to a host that answers nothing completes by the acknowledgement the reply
+// datagram of the QP it went to carries (wire/datagram_acks.hpp), not after the half second
+// an unanswered one is given.
+TEST_F(TcpPathTest, ADatagramCompletesByTheAcknowledgementTheReplyOfItsReceiverCarries) {
+  constexpr uint32_t kFakeQpn = 0x5050;
+  constexpr const char* kFakeIp = "127.0.0.18";
+  ASSERT_NO_FATAL_FAILURE(Listen());
+  ibv_cq* cq = nullptr;
+  ibv_qp* qp = nullptr;
+  AhPtr ah;
+  ASSERT_NO_FATAL_FAILURE(DatagramQpTo(kFakeIp, cq, qp, ah));
+  constexpr size_t kGrh = 40;
+  Buffer landing = NewBuffer(kGrh + 8, IBV_ACCESS_LOCAL_WRITE, 0);
+  ASSERT_EQ(post_recv(qp, 7, {landing.sge()}), 0);
+  const uint32_t own_qpn = qp->qp_num;
+  std::atomic<bool> replied{false};
+  FakeHost host(kFakeIp, kFakeQpn, [&](int listener, const std::atomic<bool>&) {
+    const int from_us = accept(listener, nullptr, nullptr);
+    if (from_us < 0) return;
+    wire::Request ours{};
+    std::vector<char> payload(8);
+    if (read_all(from_us, &ours, sizeof ours, kTimeout) &&
+        read_all(from_us, payload.data(), ours.payload_len, kTimeout)) {
+      // No answer: the reply carries the acknowledgement instead.
+      wire::Request reply = datagram_header(kFakeIp, kFakeQpn, own_qpn, 0);
+      reply.flags = wire::kCarriesDatagramAck;
+      reply.acked_psn_end = ours.psn & wire::kDatagramPsnMask;
+      const int to_us = connect_to(port_of_qpn(own_qpn));
+      replied = to_us >= 0 && send_datagram(to_us, reply, 'r');
+      wire::Response answer{};
+      if (to_us >= 0) read_all(to_us, &answer, sizeof answer, kTimeout);  // the reply's
+      if (to_us >= 0) close(to_us);
+    }
+    close(from_us);
+  });
+  ASSERT_EQ(host.error(), "");
+  Buffer src = NewBuffer(8, 0, 1);
+  const auto start = Clock::now();
+  ASSERT_EQ(post_send(qp, ud_wr(1, ah.get(), kFakeQpn, kDatagramQkey), {src.sge()}), 0);
+  const std::vector<ibv_wc> wcs = poll_n(cq, 2);
+  const auto took = Clock::now() - start;
+  host.finish();
+  EXPECT_TRUE(replied);
+  ASSERT_EQ(wcs.size(), 2u);
+  const bool send_first = wcs[0].opcode == IBV_WC_SEND;
+  EXPECT_TRUE(completed(wcs[send_first ? 0 : 1], 1));
+  EXPECT_TRUE(completed(wcs[send_first ? 1 : 0], 7));
+  EXPECT_LT(took, Millis{250}) << "completed as lost, not by the carried acknowledgement";
+  EXPECT_EQ(qp_state(qp), IBV_QPS_RTS);
+}
+
+// The datagram a QP sends back to the requester whose datagram it took carries the
+// acknowledgement of that datagram; one to another requester carries none.
+TEST_F(TcpPathTest, ADatagramBackToItsRequesterCarriesTheAcknowledgementOfItsDatagram) {
+  constexpr uint32_t kFakeQpn = 0x5151, kOtherQpn = 0x5152;
+  constexpr const char* kFakeIp = "127.0.0.19";
+  constexpr uint32_t kTheirPsn = 41;
+  ASSERT_NO_FATAL_FAILURE(Listen());
+  ibv_cq* cq = nullptr;
+  ibv_qp* qp = nullptr;
+  AhPtr ah;
+  ASSERT_NO_FATAL_FAILURE(DatagramQpTo(kFakeIp, cq, qp, ah));
+  std::vector<wire::Request> received;
+  FakeHost host(kFakeIp, kFakeQpn, [&](int listener, const std::atomic<bool>& stop) {
+    const int c = accept(listener, nullptr, nullptr);
+    if (c < 0) return;
+    std::atomic<int> seen{0};
+    for (wire::Request h{}; received.size() < 2 && !stop;) {
+      if (!answer_request(c, Millis{0}, IBV_QPT_UD, seen, &h)) break;
+      received.push_back(h);
+    }
+    close(c);
+  });
+  ASSERT_EQ(host.error(), "");
+  const int to_us = connect_to(port_of_qpn(qp->qp_num));
+  ASSERT_GE(to_us, 0);
+  ASSERT_TRUE(send_datagram(to_us, datagram_header(kFakeIp, kFakeQpn, qp->qp_num, kTheirPsn), 'd'));
+  // Taken once its answer comes (not held: the request does not say it takes carried ones).
+  wire::Response answer{};
+  ASSERT_TRUE(read_all(to_us, &answer, sizeof answer, kTimeout));
+  EXPECT_EQ(answer.reply, wire::Reply::kDone);
+  Buffer src = NewBuffer(8, 0, 1);
+  ASSERT_EQ(post_send(qp, ud_wr(1, ah.get(), kOtherQpn, kDatagramQkey), {src.sge()}), 0);
+  ASSERT_EQ(post_send(qp, ud_wr(2, ah.get(), kFakeQpn, kDatagramQkey), {src.sge()}), 0);
+  EXPECT_TRUE(completed(poll_one(cq), 1));
+  EXPECT_TRUE(completed(poll_one(cq), 2));
+  host.finish();
+  close(to_us);
+  ASSERT_EQ(received.size(), 2u);
+  EXPECT_EQ(received[0].dest_qpn, kOtherQpn);
+  EXPECT_FALSE(received[0].flags & wire::kCarriesDatagramAck) << "an acknowledgement to another QP";
+  EXPECT_EQ(received[1].dest_qpn, kFakeQpn);
+  EXPECT_TRUE(received[1].flags & wire::kCarriesDatagramAck);
+  EXPECT_EQ(received[1].acked_psn_end, kTheirPsn);
+}
+
+// A requester that takes carried acknowledgements (kTakesCarriedAcks) gets its answer held;
+// when no datagram of the receiving QP comes to carry it, the answer goes out all the same.
+TEST_F(TcpPathTest, AHeldAnswerToADatagramGoesOutWhenNoReplyCarriesIt) {
+  constexpr uint32_t kFakeQpn = 0x5353;
+  ASSERT_NO_FATAL_FAILURE(Listen());
+  ibv_cq* cq = nullptr;
+  ibv_qp* qp = nullptr;
+  ASSERT_NO_FATAL_FAILURE(DatagramQp(cq, qp));
+  const int to_us = connect_to(port_of_qpn(qp->qp_num));
+  ASSERT_GE(to_us, 0);
+  for (uint32_t psn = 0; psn < 3; ++psn) {
+    wire::Request h = datagram_header("127.0.0.20", kFakeQpn, qp->qp_num, psn);
+    h.flags = wire::kTakesCarriedAcks;
+    ASSERT_TRUE(send_datagram(to_us, h, 'h'));
+    wire::Response answer{};
+    ASSERT_TRUE(read_all(to_us, &answer, sizeof answer, kTimeout)) << "datagram " << psn;
+    EXPECT_EQ(answer.reply, wire::Reply::kDone);
+    EXPECT_EQ(answer.psn, psn);
+  }
+  close(to_us);
 }
 
 TEST_F(TcpPathTest, UcWritesToAHostWhereNothingListensCompleteAndTheQpGoesOn) {

@@ -35,7 +35,7 @@ constexpr uint64_t kMagic = 0x38764d4452544653ull;  // "SFTRDMv8"
 // held under their processes' pids (EntryPins), where 12 kept one bare count, and so are a
 // QP's, in a table of their own. 14: receive queues hold a power of two of slots, found by a
 // mask (13 divided by any capacity).
-constexpr uint32_t kLayoutVersion = 14;
+constexpr uint32_t kLayoutVersion = 15;
 constexpr size_t kHeaderBytes = 4096;
 constexpr size_t kQpBytes = sizeof(QpSlot) * Registry::kQpCapacity;
 constexpr size_t kMrBytes = sizeof(MrSlot) * Registry::kMrCapacity;

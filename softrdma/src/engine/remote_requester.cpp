@@ -12,6 +12,7 @@
 #include "engine/registry.hpp"
 #include "engine/send_completion.hpp"
 #include "engine/transmit.hpp"
+#include "wire/datagram_acks.hpp"
 #include "wire/held_acks.hpp"
 #include "wire/link.hpp"
 
@@ -71,6 +72,13 @@ wire::Request request_header(const Qp& qp, const SendWork& w, uint64_t length) {
   std::memcpy(h.dst_gid, destination_gid(qp, w), 16);
   if (qp.qpx.qp_base.qp_type == IBV_QPT_RC)
     h.acked_psn_end = qp.shared->peer_psn_end.load(std::memory_order_acquire);
+  if (qp.qpx.qp_base.qp_type == IBV_QPT_UD) {
+    const uint64_t ack = qp.shared->datagram_peer_ack.load(std::memory_order_acquire);
+    if (wire::acknowledges(ack, h.dest_qpn, wire::host_tag(h.dst_gid))) {
+      h.acked_psn_end = wire::acked_psn(ack);
+      h.flags |= wire::kCarriesDatagramAck;
+    }
+  }
   return h;
 }
 
@@ -168,6 +176,10 @@ Outcome transmit(Qp& qp, SendWork& w, const iovec* payload, int count, uint64_t 
   wire::Request header = request_header(qp, w, length);
   if (qp.took_carried_ack) header.flags |= wire::kTakesCarriedAcks;
   qp.took_carried_ack = false;
+  if (qp.qpx.qp_base.qp_type == IBV_QPT_UD) {
+    qp.last_datagram_gid = w.dgid;
+    qp.last_datagram_qpn = w.remote_qpn;
+  }
   const bool may_borrow = payload_may_be_borrowed(w);
   const int payload_count = wire::carries_payload(header.opcode) ? count : 0;
   w.link = link;
@@ -194,7 +206,8 @@ Outcome transmit(Qp& qp, SendWork& w, const iovec* payload, int count, uint64_t 
   // (wire/held_acks.hpp), but only if it travels now: one queued behind a backlog of large
   // payloads would come later than the peer's own ACK, and its requests would time out.
   // Under the send-queue lock, and peer_psn_end only grows: a store keeps the largest.
-  if (sent == wire::Link::Sent::kHeaderNow && header.acked_psn_end != 0) {
+  if (sent == wire::Link::Sent::kHeaderNow && header.qp_type == IBV_QPT_RC &&
+      header.acked_psn_end != 0) {
     qp.shared->acked_psn_sent.store(header.acked_psn_end, std::memory_order_release);
     add_unlocked(wire::acks_carried, 1, std::memory_order_release);
   }
@@ -269,6 +282,25 @@ void apply_implied_acks(uint32_t qpn, uint32_t psn_end) {
     BiasedLock::Guard lock(qp.sq_mutex);
     qp.took_carried_ack = true;
     acknowledged_below(qp, psn_end);
+  });
+}
+
+void apply_datagram_ack(uint32_t qpn, const uint8_t* acker_gid, uint32_t acker_qpn,
+                        uint32_t acked_psn) {
+  with_local_qp(qpn, [&](Qp& qp) {
+    if (qp.qpx.qp_base.qp_type != IBV_QPT_UD) return;
+    BiasedLock::Guard lock(qp.sq_mutex);
+    // Only from where the QP's last datagram went: the acknowledgements of a peer that names
+    // itself otherwise than this QP addresses it (another of its GIDs) never match, and its
+    // answers must not be held for them.
+    if (qp.last_datagram_qpn == acker_qpn &&
+        std::memcmp(qp.last_datagram_gid.data(), acker_gid, 16) == 0)
+      qp.took_carried_ack = true;
+    for (SendWork& w : qp.inflight)
+      if (w.remote_qpn == acker_qpn && std::memcmp(w.dgid.data(), acker_gid, 16) == 0 &&
+          wire::is_acked(w.psn, acked_psn))
+        w.answered = true;
+    complete_answered_front(qp, Clock::now());
   });
 }
 

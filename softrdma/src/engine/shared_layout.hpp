@@ -196,6 +196,9 @@ struct QpShared {
   // TCP transport, RC: the largest peer_psn_end the QP's own requests carried so far. A bare
   // ACK the responder holds back (wire/held_acks.hpp) is dropped once this covers it.
   std::atomic<uint32_t> acked_psn_sent;
+  // TCP transport, UD: the acknowledgement of the last datagram this QP took, which its own
+  // datagrams to that datagram's requester carry (wire/datagram_acks.hpp; 0: none).
+  std::atomic<uint64_t> datagram_peer_ack;
   AtomicReplay atomic_replay[kAtomicReplaySlots];
 };
 

@@ -35,6 +35,12 @@ Outcome transmit(Qp& qp, SendWork& w, const iovec* payload, int count, uint64_t 
 /// carried by the peer's own request): completes them before that request is delivered.
 void apply_implied_acks(uint32_t qpn, uint32_t psn_end);
 
+/// UD: QP `acker_qpn` on the host of `acker_gid` took UD QP `qpn`'s datagram of the 24-bit
+/// PSN `acked_psn` (wire/datagram_acks.hpp): it counts as answered, and completes in posting
+/// order.
+void apply_datagram_ack(uint32_t qpn, const uint8_t* acker_gid, uint32_t acker_qpn,
+                        uint32_t acked_psn);
+
 /// Before `w` completes other than by its answer, or is dropped: the link it went out on
 /// stops reading its payload from the application's memory (see wire/outgoing.hpp).
 void release_payload(const SendWork& w);

@@ -216,8 +216,8 @@ struct Qp : Pooled<Qp> {
   // atomic waits for its answer's data, and what it covered behind one completes after it.
   uint32_t implied_acked_end = 0;
   bool implied_acks_known = false;
-  // RC over TCP: the peer's requests carried an acknowledgement to this process since the QP's
-  // last request (wire::kTakesCarriedAcks).
+  // RC and UD over TCP: a peer's requests carried an acknowledgement to this process since
+  // the QP's last request (wire::kTakesCarriedAcks).
   bool took_carried_ack = false;
   ProgressEntry progress;  // when its deferred work is due (engine/progress.hpp)
   // TCP: the link its requests went out on last and where it leads, so that the next request
@@ -228,6 +228,10 @@ struct Qp : Pooled<Qp> {
     uint16_t port = 0;
     pid_t pid = 0;  // a forked child does not share its parent's connections
   } last_link;
+  // UD over TCP: where its last datagram went; a datagram from there that carries an
+  // acknowledgement (wire/datagram_acks.hpp) shows that acknowledgements reach this QP.
+  Gid last_datagram_gid{};
+  uint32_t last_datagram_qpn = 0;
   TargetQp peer;                          // RC: the connected QP, resolved on first use
   DirectAccess* direct_access = nullptr;  // where its same-host accesses are announced
   RegionCache region_cache;               // the peer's regions its one-sided requests used lately

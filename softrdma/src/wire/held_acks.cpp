@@ -1,5 +1,6 @@
 #include "wire/held_acks.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <utility>
@@ -33,8 +34,12 @@ void HeldAcks::hold(const TargetQp& qp, uint32_t requester_qpn, uint32_t psn) {
 }
 
 bool HeldAcks::carried(const Ack& a) {
-  // The QP must still be the one that executed the request, connected to its requester.
-  if (!a.qp.current() || a.qp.qp->dest_qpn != a.requester_qpn) return false;
+  // The QP must still be the one that executed the request, connected to its requester. A
+  // datagram's answer is never dropped: the acknowledgement a reply carried may have landed
+  // in another process of the requester's user, and a datagram left unanswered goes out
+  // again when its connection breaks, to be taken twice (wire/datagram_acks.hpp).
+  if (!a.qp.current() || a.qp.qp->qp_type == IBV_QPT_UD || a.qp.qp->dest_qpn != a.requester_qpn)
+    return false;
   const uint32_t sent = a.qp.qp->acked_psn_sent.load(std::memory_order_acquire);
   return static_cast<int32_t>(sent - (a.psn + 1)) >= 0;
 }
@@ -57,7 +62,12 @@ HeldAcks::Outcome HeldAcks::release(char* records, Clock::time_point now, bool a
   if (kept == 0) return {0, false};
   const bool fell_due = now >= due_;
   if (!fell_due && !all) return {kept, true};
-  if (fell_due) paused_for_ = kPauseAfterMiss;
+  // Datagrams' answers always fall due: only a reliable QP's held ACK that no request carried
+  // shows one-way traffic.
+  const bool missed = std::any_of(acks_.begin(), acks_.end(), [](const Ack& a) {
+    return !a.qp.current() || a.qp.qp->qp_type != IBV_QPT_UD;
+  });
+  if (fell_due && missed) paused_for_ = kPauseAfterMiss;
   add_unlocked(sent_total, kept);
   acks_.clear();
   return {kept, false};

@@ -42,7 +42,8 @@ class HeldAcks {
   /// Whether the next bare ACK may be held (counts down a pause).
   bool may_hold();
   /// Notes that the bare ACK just appended to the answers (after the held ones) is held: the
-  /// answer to request `psn` of `requester_qpn` that `qp` carried out.
+  /// answer to request `psn` of `requester_qpn` that `qp` carried out. A datagram's answer
+  /// is held only to go out later, with others (wire/datagram_acks.hpp): never dropped.
   void hold(const TargetQp& qp, uint32_t requester_qpn, uint32_t psn);
   bool empty() const { return acks_.empty(); }
   size_t count() const { return acks_.size(); }

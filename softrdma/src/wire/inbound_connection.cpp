@@ -12,6 +12,7 @@
 #include "engine/qp_types.hpp"
 #include "engine/responder.hpp"
 #include "engine/transmit.hpp"
+#include "wire/datagram_acks.hpp"
 #include "wire/protocol.hpp"
 #include "wire/socket_io.hpp"
 #include "wire/socket_tail.hpp"
@@ -60,14 +61,16 @@ Reply to_reply(ResponderReply::Kind k) {
   }
 }
 
-// A WRITE or SEND carried out: its answer is a bare acknowledgement, which the target QP's
-// own next request may carry instead (READ and atomics answer with data).
+// A WRITE or SEND carried out, or a datagram taken: its answer is a bare acknowledgement,
+// which the target QP's own next request may carry instead (READ and atomics answer with
+// data; wire/datagram_acks.hpp for datagrams).
 bool answered_by_bare_ack(const Request& h, const Response& resp) {
   const bool write_or_send = h.opcode == IBV_WR_RDMA_WRITE ||
                              h.opcode == IBV_WR_RDMA_WRITE_WITH_IMM || h.opcode == IBV_WR_SEND ||
                              h.opcode == IBV_WR_SEND_WITH_IMM || h.opcode == IBV_WR_SEND_WITH_INV;
-  return write_or_send && h.qp_type == IBV_QPT_RC && resp.reply == Reply::kDone &&
-         resp.status == IBV_WC_SUCCESS && resp.payload_len == 0;
+  const bool carried_back = (write_or_send && h.qp_type == IBV_QPT_RC) || h.qp_type == IBV_QPT_UD;
+  return carried_back && resp.reply == Reply::kDone && resp.status == IBV_WC_SUCCESS &&
+         resp.payload_len == 0;
 }
 
 // Our QP's requests reach the requester's owner (see kTakesCarriedAcks).
@@ -264,6 +267,8 @@ void InboundConnection::execute(const Request& h, const char* payload, size_t bu
   last_request_both_ways_ = ack_may_ride_back(h);
   // Acknowledgements the peer's QP carries for our QP come first, as on the wire.
   if (rc && h.acked_psn_end) apply_implied_acks(h.dest_qpn, h.acked_psn_end);
+  if (h.flags & kCarriesDatagramAck)
+    apply_datagram_ack(h.dest_qpn, h.src_gid, h.src_qpn, h.acked_psn_end);
   iovec local{};
   uint64_t result_len = 0;
   if (carries_payload(h.opcode)) {
@@ -279,6 +284,11 @@ void InboundConnection::execute(const Request& h, const char* payload, size_t bu
   std::optional<ResponderReply> reply = ResponderReply{ResponderReply::Kind::kNoAnswer};
   const bool found = resolve_target(h.dest_qpn);
   TargetQp& target = target_;
+  // A datagram the target QP sends this requester next carries the acknowledgement: noted
+  // before the datagram lands, or the QP's owner, polling, could reply before the note.
+  if (found && h.qp_type == IBV_QPT_UD)
+    target.qp->datagram_peer_ack.store(datagram_ack(h.src_qpn, host_tag(h.src_gid), h.psn),
+                                       std::memory_order_release);
   if (found) {
     reply = is_reliable(static_cast<ibv_qp_type>(h.qp_type))
                 ? respond_in_sequence(target, h.psn, request)

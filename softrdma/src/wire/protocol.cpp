@@ -44,7 +44,7 @@ bool valid(const Request& r) {
   if (!opcode_allowed(static_cast<ibv_qp_type>(r.qp_type), opcode) || is_local_operation(opcode))
     return false;
   if (r.length > limits::kMaxMsgSize) return false;
-  if (r.flags & ~(kSolicited | kHasImm | kTakesCarriedAcks)) return false;
+  if (r.flags & ~(kSolicited | kHasImm | kTakesCarriedAcks | kCarriesDatagramAck)) return false;
   if (r.xrc_srqn && r.qp_type != IBV_QPT_XRC_SEND) return false;
   return r.payload_len == (carries_payload(r.opcode) ? r.length : 0);
 }

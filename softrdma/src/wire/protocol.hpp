@@ -30,7 +30,7 @@ struct Request {
   Kind kind;
   uint8_t opcode;   // ibv_wr_opcode
   uint8_t qp_type;  // ibv_qp_type
-  uint8_t flags;    // kSolicited | kHasImm | kTakesCarriedAcks
+  uint8_t flags;    // kSolicited | kHasImm | kTakesCarriedAcks | kCarriesDatagramAck
   uint32_t dest_qpn;
   uint32_t src_qpn;
   uint32_t psn;  // per requester QP, increasing: the responder executes them in order
@@ -46,6 +46,8 @@ struct Request {
   uint8_t dst_gid[16];
   // RC: the sender's QP has executed the receiver's requests below this PSN (0: none yet).
   // On a NIC those ACKs precede this request on the wire; the receiver applies them first.
+  // UD, with kCarriesDatagramAck: the sender's QP took the receiving QP's datagram of this
+  // 24-bit PSN (wire/datagram_acks.hpp).
   uint32_t acked_psn_end;
   uint32_t xrc_srqn;  // XRC: the SRQ of the target QP's domain that takes the request
 };
@@ -53,11 +55,13 @@ static_assert(sizeof(Request) == 112, "the wire format is fixed");
 
 inline constexpr uint8_t kSolicited = 1;
 inline constexpr uint8_t kHasImm = 2;
-// RC: the sending QP's owner took an acknowledgement carried by the receiving QP's requests
+// RC and UD: the sending QP's owner took an acknowledgement carried by the receiving QP's requests
 // since its previous request, so the receiver's requests reach it (with several processes
 // of a user on a host, a connection may land in another): the receiver may hold the bare
 // ACK of this request back for its own next request to carry (wire/held_acks.hpp).
 inline constexpr uint8_t kTakesCarriedAcks = 4;
+// UD: acked_psn_end acknowledges the receiving QP's datagrams to the sending one.
+inline constexpr uint8_t kCarriesDatagramAck = 8;
 
 enum class Reply : uint8_t {
   kDone = 1,           // executed; `status` is the requester's completion status
