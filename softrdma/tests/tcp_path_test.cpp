@@ -264,6 +264,19 @@ class TcpPathTest : public RcLoopbackTest {
   // ConnectPair().
   uint16_t own_port() const { return port_of_qpn(p_.a ? p_.a->qp_num : listening_qpn_); }
 
+  // The header of a datagram of the fake host at `ip`, QP `src_qpn`, to this process's UD QP
+  // `dest_qpn`: a SEND of 8 bytes, request `psn`.
+  wire::Request datagram_header(const char* ip, uint32_t src_qpn, uint32_t dest_qpn, uint32_t psn) {
+    wire::Request h = valid_request(dest_qpn);
+    h.opcode = IBV_WR_SEND;
+    h.qp_type = IBV_QPT_UD;
+    h.src_qpn = src_qpn;
+    h.psn = psn;
+    h.qkey = kDatagramQkey;
+    std::memcpy(h.src_gid, fake_host_gid(ip).raw, sizeof h.src_gid);
+    return h;
+  }
+
   wire::Request valid_request(uint32_t dest_qpn) {
     wire::Request h{};
     h.magic = wire::kMagic;
@@ -720,24 +733,6 @@ TEST_F(TcpPathTest, ADatagramWhoseConnectionsKeepBreakingGoesOutABoundedNumberOf
   breaking.finish();
   EXPECT_EQ(seen.load(), 1 + softrdma::kMostResendsAfterABreak);
   EXPECT_EQ(qp_state(qp), IBV_QPS_RTS);
-}
-
-// A datagram of the fake host at `ip`, QP `src_qpn`, to this process's UD QP `dest_qpn`: a
-// SEND of 8 bytes of `byte`, request `psn`.
-wire::Request datagram_header(const char* ip, uint32_t src_qpn, uint32_t dest_qpn, uint32_t psn) {
-  wire::Request h{};
-  h.magic = wire::kMagic;
-  h.kind = wire::Kind::kRequest;
-  h.opcode = IBV_WR_SEND;
-  h.qp_type = IBV_QPT_UD;
-  h.dest_qpn = dest_qpn;
-  h.src_qpn = src_qpn;
-  h.psn = psn;
-  h.qkey = 0x2222;  // TcpPathTest::kDatagramQkey
-  h.length = h.payload_len = 8;
-  h.src_gid[10] = h.src_gid[11] = 0xff;
-  inet_pton(AF_INET, ip, &h.src_gid[12]);
-  return h;
 }
 
 bool send_datagram(int s, const wire::Request& h, char byte) {
