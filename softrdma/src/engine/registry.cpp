@@ -132,6 +132,21 @@ bool owner_dead(pid_t pid, uint64_t start_time) {
   return !process_alive(ProcessId{pid, start_time});
 }
 
+// A claimer scanning for slots of dead owners reads a live slot's owner while another
+// claimer may be writing it; that reader's compare-and-swap then fails and drops what it
+// read, but the fields are still read and written as atomics.
+template <typename Slot>
+ProcessId slot_owner(Slot& s) {
+  return {std::atomic_ref(s.pid).load(std::memory_order_relaxed),
+          std::atomic_ref(s.start_time).load(std::memory_order_relaxed)};
+}
+
+template <typename Slot>
+void set_slot_owner(Slot& s, const ProcessId& owner) {
+  std::atomic_ref(s.pid).store(owner.pid, std::memory_order_relaxed);
+  std::atomic_ref(s.start_time).store(owner.start_time, std::memory_order_relaxed);
+}
+
 // Claims the first slot from `hint` on that is free or whose owner died. The claim's
 // compare-and-swap covers the slot's claim count (slot_word), so a reclaimer that judged the
 // owner dead on a word another process has claimed since fails and looks further.
@@ -146,8 +161,8 @@ Slot* claim_slot(
   static thread_local ProcessId known_dead{};
   ProcessId asked = self_process();
   bool asked_dead = false;
-  auto dead = [&](const Slot& s) {
-    const ProcessId owner{s.pid, s.start_time};
+  auto dead = [&](Slot& s) {
+    const ProcessId owner = slot_owner(s);
     if (owner != asked) {
       asked = owner;
       asked_dead = owner == known_dead || owner_dead(owner.pid, owner.start_time);
@@ -226,9 +241,7 @@ uint32_t Registry::claim_qpn(uint64_t qp_offset, int arena_fd) {
   QpSlot* s = claim_slot(qps_, kQpCapacity, header_->next_qp, index,
                          [this](uint32_t i) { return qp_pins_[i].drained_but_for_the_dead(); });
   if (!s) return 0;
-  const ProcessId& me = self_process();
-  s->pid = me.pid;
-  s->start_time = me.start_time;
+  set_slot_owner(*s, self_process());
   s->netns = self_netns();
   s->qp_offset = qp_offset;
   s->arena_fd = arena_fd;
@@ -314,9 +327,7 @@ MrSlot* Registry::claim_key_slot(KeyKind kind, uint32_t pd_id, uint32_t& key) {
   MrSlot* s = claim_slot(mrs_, kMrCapacity, header_->next_mr, index,
                          [this](uint32_t i) { return mr_pins_[i].drained_but_for_the_dead(); });
   if (!s) return nullptr;
-  const ProcessId& me = self_process();
-  s->pid = me.pid;
-  s->start_time = me.start_time;
+  set_slot_owner(*s, self_process());
   s->kind = kind;
   s->pd_id = pd_id;
   s->parent_key = 0;
@@ -393,10 +404,8 @@ bool Registry::attach_mcast(const uint8_t gid[16], uint32_t qpn) {
   uint32_t index = 0;
   McastSlot* m = claim_slot(mcasts_, kMcastCapacity, hint, index);
   if (!m) return false;
-  const ProcessId& me = self_process();
   m->qpn = qpn;
-  m->pid = me.pid;
-  m->start_time = me.start_time;
+  set_slot_owner(*m, self_process());
   m->netns = self_netns();
   std::memcpy(m->gid, gid, 16);
   slot_word::set(m->state, SlotState::kLive, std::memory_order_release);
