@@ -735,6 +735,44 @@ TEST_F(TcpPathTest, ADatagramWhoseConnectionsKeepBreakingGoesOutABoundedNumberOf
   EXPECT_EQ(qp_state(qp), IBV_QPS_RTS);
 }
 
+// A datagram whose connection breaks goes out again while each new connection is reset as
+// soon as it is accepted, as those queued at the listener of a process of the peer's user
+// that ends are: the reset may come while the connection is made, before the datagram is
+// written or after, and each way the next connection takes it. Taken once, by the
+// connection that holds.
+TEST_F(TcpPathTest, ADatagramGoesOutAgainWhileEachNewConnectionIsResetAtOnce) {
+  constexpr uint32_t kFakeQpn = 0x4f4f;
+  constexpr int kResetAtOnce = 4;  // fewer than the link's tries to connect (wire/link.cpp)
+  static_assert(1 + kResetAtOnce < softrdma::kMostResendsAfterABreak);
+  std::atomic<int> seen_before{0}, seen_after{0};
+  const FakeHost::Serve answer_the_next = answering_host(Millis{0}, IBV_QPT_UD, seen_after);
+  FakeHost breaking("127.0.0.21", kFakeQpn, [&](int listener, const std::atomic<bool>& stop) {
+    const int first = accept(listener, nullptr, nullptr);
+    if (first < 0) return;
+    answer_request(first, Millis{-1}, IBV_QPT_UD, seen_before);
+    close_with_reset(first);
+    for (int i = 0; i < kResetAtOnce; ++i) {
+      const int c = accept(listener, nullptr, nullptr);
+      if (c < 0) return;
+      close_with_reset(c);
+    }
+    answer_the_next(listener, stop);
+  });
+  ASSERT_EQ(breaking.error(), "");
+  ibv_cq* cq = nullptr;
+  ibv_qp* qp = nullptr;
+  AhPtr ah;
+  ASSERT_NO_FATAL_FAILURE(DatagramQpTo("127.0.0.21", cq, qp, ah));
+  Buffer src = NewBuffer(64, 0, 1);
+  ASSERT_EQ(post_send(qp, ud_wr(1, ah.get(), kFakeQpn, kDatagramQkey), {src.sge()}), 0);
+  EXPECT_TRUE(completed(poll_one(cq), 1));
+  std::this_thread::sleep_for(Millis{100});  // a copy more would have come by now
+  breaking.finish();
+  EXPECT_EQ(seen_before.load(), 1);
+  EXPECT_EQ(seen_after.load(), 1) << "the datagram was lost with a connection reset at once";
+  EXPECT_EQ(qp_state(qp), IBV_QPS_RTS);
+}
+
 bool send_datagram(int s, const wire::Request& h, char byte) {
   const std::vector<char> payload(h.payload_len, byte);
   return send(s, &h, sizeof h, MSG_MORE | MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof h) &&

@@ -189,9 +189,11 @@ Outcome transmit(Qp& qp, SendWork& w, const iovec* payload, int count, uint64_t 
   auto sent = link->send(header, payload, payload_count, may_borrow);
   // The connection broke under this send: the process of the peer's user that held it may
   // have ended while another serves the port. An unreliable message goes out again on a
-  // new connection rather than being lost (a reliable one is retried in any case).
-  if (sent == wire::Link::Sent::kFailed && unreliable(qp) &&
-      (link = link_for(qp, qp.inflight.back()))) {
+  // new connection rather than being lost (a reliable one is retried in any case); again
+  // while each new one is reset at once (resend_on_a_new_connection says why).
+  while (sent == wire::Link::Sent::kFailed && unreliable(qp) &&
+         qp.inflight.back().resends < kMostResendsAfterABreak &&
+         (link = link_for(qp, qp.inflight.back()))) {
     qp.inflight.back().link = link;
     ++qp.inflight.back().resends;
     sent = link->send(header, payload, payload_count, may_borrow);
@@ -322,6 +324,30 @@ bool send_again(Qp& qp, SendWork& w, const std::shared_ptr<Link>& link) {
                     may_borrow) != Link::Sent::kFailed;
 }
 
+// The connection that takes the messages of a broken one: every request on that one went to
+// one host and port.
+struct Replacement {
+  std::shared_ptr<Link> link;
+  bool unreachable = false;
+};
+
+// Sends `w` again on `replacement`, and on a new connection while each is found reset when
+// written to: connections queued at the listener of a process of the peer's user that ends
+// are reset when it closes, and the next lands in another (wire/link.cpp makes one reset
+// while it is made again). At most kMostResendsAfterABreak sends of `w` in all.
+bool resend_on_a_new_connection(Qp& qp, SendWork& w, Replacement& replacement) {
+  while (w.resends < kMostResendsAfterABreak && !replacement.unreachable) {
+    if (!replacement.link || !replacement.link->alive()) replacement.link = link_for(qp, w);
+    if (!replacement.link) {
+      replacement.unreachable = true;
+      break;
+    }
+    if (send_again(qp, w, replacement.link)) return true;
+    if (replacement.link->alive()) break;  // its payload could not be gathered
+  }
+  return false;
+}
+
 // An unreliable QP's messages that went out on `broken` and were not answered go out again
 // on a new connection (another process of the peer's user may serve its port now), in their
 // places: completions keep posting order, and those in flight to other peers are not sent
@@ -333,17 +359,10 @@ void send_unanswered_again(Qp& qp, const Link& broken) {
       qp.qpx.qp_base.qp_type == IBV_QPT_UC &&
       std::any_of(qp.inflight.begin(), qp.inflight.end(),
                   [&broken](const SendWork& w) { return w.link.get() != &broken; });
-  std::shared_ptr<Link> replacement;  // every request on `broken` went to one host and port
-  bool looked = false;
+  Replacement replacement;
   for (SendWork& w : qp.inflight) {
     if (w.link.get() != &broken || w.answered) continue;
-    if (w.resends < kMostResendsAfterABreak && !uc_order_broken) {
-      if (!looked) {
-        replacement = link_for(qp, w);
-        looked = true;
-      }
-      if (replacement && send_again(qp, w, replacement)) continue;
-    }
+    if (!uc_order_broken && resend_on_a_new_connection(qp, w, replacement)) continue;
     SOFTRDMA_DEBUG_LOG("QP %u: message %u to QP %u lost (its connection broke)",
                        qp.qpx.qp_base.qp_num, w.psn, destination_qpn(qp, w));
     release_payload(w);

@@ -25,8 +25,10 @@ namespace softrdma::wire {
 namespace {
 
 constexpr int kConnectTimeoutMs = 1000;
+constexpr int kConnectTriesWhileReset = 8;
 
-int connect_to(uint32_t ipv4_be, uint16_t port) {
+// A connected socket to the host and port, or -1 with errno set.
+int connect_once(uint32_t ipv4_be, uint16_t port) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return -1;
   sockaddr_in a{};
@@ -34,25 +36,36 @@ int connect_to(uint32_t ipv4_be, uint16_t port) {
   a.sin_port = htons(port);
   a.sin_addr.s_addr = ipv4_be;
   int rc = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  if (rc != 0 && errno == EINPROGRESS) {
+  int err = rc == 0 ? 0 : errno;
+  if (err == EINPROGRESS) {
     pollfd p{fd, POLLOUT, 0};
-    int err = 0;
     socklen_t len = sizeof err;
-    if (poll(&p, 1, kConnectTimeoutMs) == 1 &&
-        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0)
-      rc = 0;
+    if (poll(&p, 1, kConnectTimeoutMs) != 1 ||
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+      err = ETIMEDOUT;
   }
-  if (rc == 0 && connected_to_itself(fd)) {  // a peer gone from this host: nobody there
+  if (err == 0 && connected_to_itself(fd)) {  // a peer gone from this host: nobody there
     reset_on_close(fd);
-    rc = -1;
+    err = ECONNREFUSED;
   }
-  if (rc != 0) {
+  if (err != 0) {
     close(fd);
+    errno = err;
     return -1;
   }
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   tune_data_socket(fd);
   return fd;
+}
+
+// A connection reset as soon as it is made was most likely queued at a listener that then
+// closed: a process of the peer's user that ended, while others of the user serve the port
+// (SO_REUSEPORT). The next one lands in a listener that is open, so it is made again.
+int connect_to(uint32_t ipv4_be, uint16_t port) {
+  for (int tries = 1;; ++tries) {
+    const int fd = connect_once(ipv4_be, port);
+    if (fd >= 0 || errno != ECONNRESET || tries == kConnectTriesWhileReset) return fd;
+  }
 }
 
 // Every link of this process, by destination (never destroyed: verbs called from other
