@@ -33,9 +33,12 @@ namespace wire = softrdma::wire;
 using rdmakit::testing::ThreadUsage;
 using rdmakit::testing::usage_of_threads;
 
-// One port for this test program: softrdma reads SOFTRDMA_PORT once, at first use.
+// One base port for this test program: softrdma reads SOFTRDMA_PORT once, at first use,
+// and listens on it plus its registry's range of QP numbers, when a QP first connects to
+// another host.
 const int kPort = [] {
-  const int p = rdmakit::testing::free_tcp_port();
+  const int p =
+      rdmakit::testing::free_tcp_port_below_ephemeral_range(softrdma::Registry::kQpnRanges);
   setenv("SOFTRDMA_PORT", std::to_string(p).c_str(), 1);
   // Short, so the test of the unauthenticated-connection timeout is quick.
   setenv("SOFTRDMA_UNAUTHENTICATED_TIMEOUT_MS", "1500", 1);
@@ -120,6 +123,10 @@ int fake_host_listener(const char* ip, uint32_t qpn) {
   int one = 1;
   setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   setsockopt(listener, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
+  // Inherited by the connections it accepts, as on softrdma's own: an answer held by Nagle
+  // until the acknowledgement of the one before, which the requester may delay, would wait
+  // tens of milliseconds.
+  setsockopt(listener, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(port_of_qpn(qpn));

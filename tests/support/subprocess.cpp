@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <thread>
 
@@ -117,6 +118,26 @@ int free_tcp_port() {
   getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
   close(s);
   return ntohs(a.sin_port);
+}
+
+int free_tcp_port_below_ephemeral_range(int span) {
+  int ephemeral_low = 32768;  // the kernel's default, if its setting cannot be read
+  std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> ephemeral_low;
+  const int low = 1024, high = ephemeral_low - span;  // ports [low, high) may be chosen
+  if (high <= low) return -1;
+  std::minstd_rand random{std::random_device{}()};
+  for (int tries = 0; tries < 64; ++tries) {
+    const int port = low + static_cast<int>(random() % static_cast<unsigned>(high - low));
+    const int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    const bool free = bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    close(s);
+    if (free) return port;
+  }
+  return -1;
 }
 
 std::vector<std::string> words(const std::string& s) {

@@ -45,6 +45,12 @@ Exit run(const std::vector<std::string>& argv, std::chrono::milliseconds limit,
 /// A TCP port on 127.0.0.1 that nothing listens on right now.
 int free_tcp_port();
 
+/// A TCP port free on every address right now, below the kernel's ephemeral range with the
+/// `span` ports above it: no connection of this host takes any of them as its own, so a
+/// listener bound there long after it was chosen finds it still free (a free_tcp_port() may
+/// meanwhile be handed to a connection). -1 if none was found.
+int free_tcp_port_below_ephemeral_range(int span);
+
 /// Splits "a b c" on spaces.
 std::vector<std::string> words(const std::string& s);
 
