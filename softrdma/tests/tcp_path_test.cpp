@@ -57,6 +57,17 @@ uint16_t port_of_qpn(uint32_t qpn) {
   return static_cast<uint16_t>(kPort + softrdma::Registry::qpn_range(qpn));
 }
 
+// The range of the fake hosts' QP numbers: the last, which no registry of this host holds
+// (each takes the first free one; TcpPathTest checks). In the program's own range a fake
+// host's port would be its own listener's, which takes the connections to where nothing
+// listens and keeps them for a fake host there later.
+constexpr uint32_t kFakeRange = softrdma::Registry::kQpnRanges - 1;
+
+// Fake host QP number `n` of that range.
+constexpr uint32_t fake_qpn(uint32_t n) {
+  return softrdma::Registry::kFirstQpn + kFakeRange * softrdma::Registry::kQpCapacity + n;
+}
+
 // Connects the socket `s` to 127.0.0.1:`port`; closes it on failure.
 int connect_socket(int s, uint16_t port) {
   sockaddr_in a{};
@@ -174,6 +185,15 @@ class FakeHost {
 
 class TcpPathTest : public RcLoopbackTest {
  protected:
+  void SetUp() override {
+    ASSERT_NO_FATAL_FAILURE(RcLoopbackTest::SetUp());
+    ibv_cq* cq = NewCq();
+    const ibv_qp* own = NewQp(IBV_QPT_RC, cq, cq);
+    ASSERT_NE(own, nullptr);
+    ASSERT_NE(softrdma::Registry::qpn_range(own->qp_num), kFakeRange)
+        << "the fake hosts' QP numbers are this program's own";
+  }
+
   // A QP in RTR connected to another host makes this process one of the host's softrdma
   // listeners (one connected on this host does not: its peer reaches it by shared memory).
   void Listen() {
@@ -437,7 +457,7 @@ TEST_F(TcpPathTest, XrcRequestLandsInTheNamedSrqAndOnlyXrcMayNameOne) {
 TEST_F(TcpPathTest, MalformedResponsesFailTheRequesterAfterItsRetryBudget) {
   // A fake host at 127.0.0.2 (not one of softrdma0's GIDs, so reached over TCP) answers
   // every request with garbage.
-  constexpr uint32_t kFakeQpn = 0x4242;
+  constexpr uint32_t kFakeQpn = fake_qpn(0x42);
   std::atomic<int> requests_seen{0};
   FakeHost fake("127.0.0.2", kFakeQpn, [&](int listener, const std::atomic<bool>& stop) {
     while (!stop) {
@@ -475,7 +495,7 @@ TEST_F(TcpPathTest, MalformedResponsesFailTheRequesterAfterItsRetryBudget) {
 TEST_F(TcpPathTest, APeerThatTakesRequestsButNeverAnswersTimesOut) {
   // A fake host at 127.0.0.3 reads everything it is sent and keeps the connection open
   // without a word: the link stops moving, so the ACK timer is not extended for ever.
-  constexpr uint32_t kFakeQpn = 0x4343;
+  constexpr uint32_t kFakeQpn = fake_qpn(0x43);
   FakeHost silent("127.0.0.3", kFakeQpn, [](int listener, const std::atomic<bool>& stop) {
     const int c = accept(listener, nullptr, nullptr);
     if (c < 0) return;
@@ -516,7 +536,8 @@ TEST_F(TcpPathTest, DatagramsToAHostWhereNothingListensCompleteAndTheQpGoesOn) {
   Buffer src = NewBuffer(64, 0, 1);
   const auto start = Clock::now();
   for (uint64_t id = 1; id <= 3; ++id)
-    ASSERT_EQ(post_send(qp, ud_wr(id, nowhere.get(), 0x4444, kDatagramQkey), {src.sge()}), 0);
+    ASSERT_EQ(post_send(qp, ud_wr(id, nowhere.get(), fake_qpn(0x44), kDatagramQkey), {src.sge()}),
+              0);
   for (uint64_t id = 1; id <= 3; ++id) EXPECT_TRUE(completed(poll_one(cq), id));
   EXPECT_LT(Clock::now() - start, Millis{2000});
   EXPECT_EQ(qp_state(qp), IBV_QPS_RTS);
@@ -567,7 +588,7 @@ FakeHost::Serve answering_host(Millis delay, ibv_qp_type type, std::atomic<int>&
 }
 
 TEST_F(TcpPathTest, DatagramsToAPeerThatNeverAnswersAreLostAfterAWhile) {
-  constexpr uint32_t kFakeQpn = 0x4545;
+  constexpr uint32_t kFakeQpn = fake_qpn(0x45);
   std::atomic<int> seen{0};
   FakeHost silent("127.0.0.5", kFakeQpn, answering_host(Millis{-1}, IBV_QPT_UD, seen));
   ASSERT_EQ(silent.error(), "");
@@ -594,7 +615,7 @@ TEST_F(TcpPathTest, DatagramsToAPeerThatNeverAnswersAreLostAfterAWhile) {
 // before the send; the serving thread may notice first, and the datagram then takes a new
 // connection all the same.
 TEST_F(TcpPathTest, ADatagramWhoseConnectionBreaksUnderItsSendGoesOutOnANewOne) {
-  constexpr uint32_t kFakeQpn = 0x4a4a;
+  constexpr uint32_t kFakeQpn = fake_qpn(0x4a);
   std::atomic<bool> first_completed{false}, reset{false};
   std::atomic<int> seen_before{0}, seen_after{0};
   const FakeHost::Serve answer_the_next = answering_host(Millis{0}, IBV_QPT_UD, seen_after);
@@ -633,7 +654,7 @@ TEST_F(TcpPathTest, ADatagramWhoseConnectionBreaksUnderItsSendGoesOutOnANewOne) 
 // One UD QP, two peers on two links: the second peer's answer comes first, and is kept
 // until the first one's comes; completions keep posting order.
 TEST_F(TcpPathTest, DatagramsToTwoPeersCompleteInOrderWhicheverAnswersFirst) {
-  constexpr uint32_t kSlowQpn = 0x4848, kQuickQpn = 0x4949;
+  constexpr uint32_t kSlowQpn = fake_qpn(0x48), kQuickQpn = fake_qpn(0x49);
   std::atomic<int> slow_seen{0}, quick_seen{0};
   FakeHost slow("127.0.0.8", kSlowQpn, answering_host(Millis{100}, IBV_QPT_UD, slow_seen));
   FakeHost quick("127.0.0.9", kQuickQpn, answering_host(Millis{0}, IBV_QPT_UD, quick_seen));
@@ -667,7 +688,7 @@ class DatagramOnABrokenConnection : public TcpPathTest,
                                     public ::testing::WithParamInterface<Broken> {};
 
 TEST_P(DatagramOnABrokenConnection, GoesOutAgainAloneAndCompletesInOrder) {
-  constexpr uint32_t kSteadyQpn = 0x4c4c, kBreakingQpn = 0x4d4d;
+  constexpr uint32_t kSteadyQpn = fake_qpn(0x4c), kBreakingQpn = fake_qpn(0x4d);
   std::atomic<int> steady_seen{0}, seen_before{0}, seen_after{0};
   // Answers after a while: its datagram stays in flight while the other connection breaks.
   FakeHost steady("127.0.0.15", kSteadyQpn, answering_host(Millis{200}, IBV_QPT_UD, steady_seen));
@@ -718,7 +739,7 @@ INSTANTIATE_TEST_SUITE_P(TcpPath, DatagramOnABrokenConnection,
 // a listener does on a request it cannot take): the datagram goes out again a bounded number
 // of times, then is lost, and the QP goes on.
 TEST_F(TcpPathTest, ADatagramWhoseConnectionsKeepBreakingGoesOutABoundedNumberOfTimes) {
-  constexpr uint32_t kFakeQpn = 0x4e4e;
+  constexpr uint32_t kFakeQpn = fake_qpn(0x4e);
   std::atomic<int> seen{0};
   FakeHost breaking("127.0.0.17", kFakeQpn, [&](int listener, const std::atomic<bool>& stop) {
     while (!stop) {
@@ -748,7 +769,7 @@ TEST_F(TcpPathTest, ADatagramWhoseConnectionsKeepBreakingGoesOutABoundedNumberOf
 // written or after, and each way the next connection takes it. Taken once, by the
 // connection that holds.
 TEST_F(TcpPathTest, ADatagramGoesOutAgainWhileEachNewConnectionIsResetAtOnce) {
-  constexpr uint32_t kFakeQpn = 0x4f4f;
+  constexpr uint32_t kFakeQpn = fake_qpn(0x4f);
   constexpr int kResetAtOnce = 4;  // fewer than the link's tries to connect (wire/link.cpp)
   static_assert(1 + kResetAtOnce < softrdma::kMostResendsAfterABreak);
   std::atomic<int> seen_before{0}, seen_after{0};
@@ -791,7 +812,7 @@ bool send_datagram(int s, const wire::Request& h, char byte) {
 // datagram of the QP it went to carries (wire/datagram_acks.hpp), not after the half second
 // an unanswered one is given.
 TEST_F(TcpPathTest, ADatagramCompletesByTheAcknowledgementTheReplyOfItsReceiverCarries) {
-  constexpr uint32_t kFakeQpn = 0x5050;
+  constexpr uint32_t kFakeQpn = fake_qpn(0x50);
   constexpr const char* kFakeIp = "127.0.0.18";
   ASSERT_NO_FATAL_FAILURE(Listen());
   ibv_cq* cq = nullptr;
@@ -841,7 +862,7 @@ TEST_F(TcpPathTest, ADatagramCompletesByTheAcknowledgementTheReplyOfItsReceiverC
 // The datagram a QP sends back to the requester whose datagram it took carries the
 // acknowledgement of that datagram; one to another requester carries none.
 TEST_F(TcpPathTest, ADatagramBackToItsRequesterCarriesTheAcknowledgementOfItsDatagram) {
-  constexpr uint32_t kFakeQpn = 0x5151, kOtherQpn = 0x5152;
+  constexpr uint32_t kFakeQpn = fake_qpn(0x51), kOtherQpn = fake_qpn(0x52);
   constexpr const char* kFakeIp = "127.0.0.19";
   constexpr uint32_t kTheirPsn = 41;
   ASSERT_NO_FATAL_FAILURE(Listen());
@@ -886,7 +907,7 @@ TEST_F(TcpPathTest, ADatagramBackToItsRequesterCarriesTheAcknowledgementOfItsDat
 // A requester that takes carried acknowledgements (kTakesCarriedAcks) gets its answer held;
 // when no datagram of the receiving QP comes to carry it, the answer goes out all the same.
 TEST_F(TcpPathTest, AHeldAnswerToADatagramGoesOutWhenNoReplyCarriesIt) {
-  constexpr uint32_t kFakeQpn = 0x5353;
+  constexpr uint32_t kFakeQpn = fake_qpn(0x53);
   ASSERT_NO_FATAL_FAILURE(Listen());
   ibv_cq* cq = nullptr;
   ibv_qp* qp = nullptr;
@@ -908,7 +929,8 @@ TEST_F(TcpPathTest, AHeldAnswerToADatagramGoesOutWhenNoReplyCarriesIt) {
 TEST_F(TcpPathTest, UcWritesToAHostWhereNothingListensCompleteAndTheQpGoesOn) {
   ibv_cq* cq = nullptr;
   ibv_qp* qp = nullptr;
-  ASSERT_NO_FATAL_FAILURE(UcQpToFakeHost("127.0.0.6", 0x4646, cq, qp));  // nothing listens there
+  ASSERT_NO_FATAL_FAILURE(
+      UcQpToFakeHost("127.0.0.6", fake_qpn(0x46), cq, qp));  // nothing listens there
   Buffer src = NewBuffer(8, 0, 1);
   ASSERT_EQ(post_send(qp, rdma_wr(1, IBV_WR_RDMA_WRITE, 0x1000, 0x77), {src.sge()}), 0);
   ASSERT_EQ(post_send(qp, rdma_wr(2, IBV_WR_RDMA_WRITE, 0x1000, 0x77), {src.sge()}), 0);
@@ -918,7 +940,7 @@ TEST_F(TcpPathTest, UcWritesToAHostWhereNothingListensCompleteAndTheQpGoesOn) {
 }
 
 TEST_F(TcpPathTest, AUcWriteToAPeerThatNeverAnswersIsLostAfterAWhile) {
-  constexpr uint32_t kFakeQpn = 0x4747;
+  constexpr uint32_t kFakeQpn = fake_qpn(0x47);
   std::atomic<int> seen{0};
   FakeHost silent("127.0.0.7", kFakeQpn, answering_host(Millis{-1}, IBV_QPT_UC, seen));
   ASSERT_EQ(silent.error(), "");
@@ -942,7 +964,7 @@ TEST_F(TcpPathTest, APayloadStillQueuedWhenItsRequestFailsIsSentAsItWasPosted) {
   // host at 127.0.0.4 that reads nothing until then); the application then reuses the
   // buffer, which a failed request allows. What the host reads afterwards must be what was
   // posted, never what the buffer holds now.
-  constexpr uint32_t kFakeQpn = 0x4444;
+  constexpr uint32_t kFakeQpn = fake_qpn(0x44);
   constexpr uint32_t kWrites = 16;
   constexpr size_t kPayload = size_t{1} << 20;  // 16 MiB in all: more than socket buffers
   ibv_cq* cq = nullptr;
@@ -1003,7 +1025,7 @@ struct InlineCase {
 class InlineSendRetried : public TcpPathTest, public ::testing::WithParamInterface<InlineCase> {};
 
 TEST_P(InlineSendRetried, AfterAnRnrCarriesTheBytesPosted) {
-  constexpr uint32_t kFakeQpn = 0x4b4b;
+  constexpr uint32_t kFakeQpn = fake_qpn(0x4b);
   const size_t length = GetParam().length;
   std::atomic<bool> reused{false};
   std::vector<std::string> payloads;  // the host's, read once it has finished
@@ -1310,7 +1332,7 @@ TEST_F(TcpPathTest, AServingThreadThatAnsweredAReadLooksForTheNextBeforeItSleeps
 // releasing the send queue's lock, and take the answers, so the link's reader thread, woken
 // by the kernel for the first of them, stands by instead of being woken for the rest.
 TEST_F(TcpPathTest, APostingApplicationTakesTheAnswersItselfAndTheReaderStandsBy) {
-  constexpr uint32_t kFakeQpn = 0x4343;
+  constexpr uint32_t kFakeQpn = fake_qpn(0x43);
   constexpr uint32_t kWrites = 4000;  // some 60 send queues' worth
   constexpr uint32_t kSignalEvery = 16;
   std::atomic<int> seen{0};

@@ -133,9 +133,9 @@ int free_tcp_port_below_ephemeral_range(int span) {
     a.sin_family = AF_INET;
     a.sin_port = htons(static_cast<uint16_t>(port));
     a.sin_addr.s_addr = htonl(INADDR_ANY);
-    const bool free = bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    const bool bindable = bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
     close(s);
-    if (free) return port;
+    if (bindable) return port;
   }
   return -1;
 }
