@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -11,6 +12,7 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <numeric>
 #include <optional>
@@ -18,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "child_verbs.hpp"
 #include "engine/registry.hpp"
 #include "engine/transmit.hpp"
 #include "support/subprocess.hpp"
@@ -924,6 +927,76 @@ TEST_F(TcpPathTest, AHeldAnswerToADatagramGoesOutWhenNoReplyCarriesIt) {
     EXPECT_EQ(answer.psn, psn);
   }
   close(to_us);
+}
+
+// Puts the calling process on one CPU and its softrdma serving thread at idle priority: a
+// thread that one wakes then runs at once, before it goes on. False if it cannot.
+bool serving_thread_yields_to_whom_it_wakes() {
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(sched_getcpu(), &one);
+  bool found = false;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    const pid_t tid = std::stoi(task.path().filename().string());
+    if (sched_setaffinity(tid, sizeof one, &one) != 0) return false;
+    std::ifstream comm(task.path() / "comm");
+    std::string name;
+    std::getline(comm, name);
+    if (name != "softrdma-serve") continue;
+    const sched_param idle{};
+    if (sched_setscheduler(tid, SCHED_IDLE, &idle) != 0) return false;
+    found = true;
+  }
+  return found;
+}
+
+// The serving thread completes a receive before it holds back the SEND's acknowledgement
+// (its requester takes carried ones). An application woken by that completion may destroy
+// its QP at once, as one whose last message it was: the acknowledgement must still go out,
+// or its requester retries until it fails. The child's serving thread here runs at idle
+// priority on the application's CPU, so the application runs between the two.
+TEST_F(TcpPathTest, AnAcknowledgementHeldWhileTheApplicationDestroysItsQpStillGoesOut) {
+  constexpr uint32_t kFakeQpn = fake_qpn(0x54);
+  constexpr const char* kFakeIp = "127.0.0.21";
+  Link link;
+  ASSERT_TRUE(link.ok());
+  Child child(link, [&] {
+    ChildVerbs v;
+    if (!open_child_verbs(v, 64, 0, true)) return child_fail(3, "verbs");
+    if (rc_connect(v.qp, kFakeQpn, fake_host_gid(kFakeIp), RcParams{}) != 0)
+      return child_fail(4, "connect");
+    if (!serving_thread_yields_to_whom_it_wakes()) return child_fail(5, "scheduling");
+    if (post_recv(v.qp, 1, {ibv_sge{v.buffer.addr(), 64, v.mr->lkey}}) != 0 ||
+        ibv_req_notify_cq(v.cq, 0) != 0 || !link.send(v.qp->qp_num))
+      return child_fail(6, "receive");
+    ibv_cq* cq = nullptr;
+    void* context = nullptr;
+    ibv_wc wc{};
+    if (ibv_get_cq_event(v.channel, &cq, &context) != 0 || ibv_poll_cq(v.cq, 1, &wc) != 1 ||
+        wc.status != IBV_WC_SUCCESS)
+      return child_fail(7, "completion");
+    ibv_ack_cq_events(cq, 1);
+    return ibv_destroy_qp(v.qp) == 0 ? 0 : child_fail(8, "destroy");
+  });
+  ASSERT_TRUE(child.started());
+  uint32_t child_qpn = 0;
+  ASSERT_TRUE(link.receive(&child_qpn)) << "the child did not get ready";
+  const int s = connect_to(port_of_qpn(child_qpn));
+  ASSERT_GE(s, 0);
+  wire::Request h = valid_request(child_qpn);
+  h.opcode = IBV_WR_SEND;
+  h.src_qpn = kFakeQpn;
+  h.flags = wire::kTakesCarriedAcks;
+  const uint64_t payload = 0x5e5e;
+  ASSERT_EQ(send(s, &h, sizeof h, MSG_MORE), static_cast<ssize_t>(sizeof h));
+  ASSERT_EQ(send(s, &payload, sizeof payload, 0), static_cast<ssize_t>(sizeof payload));
+  wire::Response answer{};
+  EXPECT_TRUE(read_all(s, &answer, sizeof answer, kTimeout))
+      << "the process left without acknowledging the SEND it took";
+  EXPECT_EQ(answer.reply, wire::Reply::kDone);
+  EXPECT_EQ(answer.psn, 0u);
+  EXPECT_TRUE(exited_with(child.Wait(), 0));
+  close(s);
 }
 
 TEST_F(TcpPathTest, UcWritesToAHostWhereNothingListensCompleteAndTheQpGoesOn) {

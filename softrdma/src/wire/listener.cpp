@@ -107,10 +107,13 @@ class ResponderLoop {
     return true;
   }
 
-  /// Takes the bytes applications' polls peeked at out of every connection's socket (see
-  /// InboundConnection::consume_peeked), waiting for the thread serving them.
-  void consume_peeked_everywhere() {
+  /// At the process's exit, after the thread serving them: sends every answer still waiting,
+  /// then takes the bytes applications' polls peeked at out of every connection's socket
+  /// (see InboundConnection::consume_peeked). Sockets the exit closes must hold no unread
+  /// bytes, or the peers see a reset and lose the answers still queued.
+  void leave() {
     std::lock_guard lock(serving_);
+    send_deferred(true);
     for (auto& [fd, entry] : connections_) entry.connection->consume_peeked();
   }
 
@@ -419,10 +422,7 @@ void at_exit() {
       "library's threads",
       static_cast<unsigned long long>(reads.by_applications),
       static_cast<unsigned long long>(reads.by_threads));
-  send_deferred_answers_before_leaving();
-  // Sockets the process's exit closes must hold no unread bytes, or the peers see a reset
-  // and lose the answers still queued.
-  if (ResponderLoop* loop = own_loop()) loop->consume_peeked_everywhere();
+  if (ResponderLoop* loop = own_loop()) loop->leave();
 }
 
 }  // namespace
@@ -474,7 +474,9 @@ void send_deferred_answers_now() {
 }
 
 void send_deferred_answers_before_leaving() {
-  if (deferred_answers.load(std::memory_order_relaxed) == 0) return;
+  // Not judged by deferred_answers: the serving thread completes a request before it lists
+  // the answer it holds back, and the application, woken by that completion, may be leaving
+  // already. Waiting for the thread's lock waits for the listing.
   if (ResponderLoop* loop = own_loop()) loop->send_deferred_answers(true);
 }
 
