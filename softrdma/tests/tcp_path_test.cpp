@@ -837,7 +837,7 @@ TEST_F(TcpPathTest, ADatagramCompletesByTheAcknowledgementTheReplyOfItsReceiverC
       // No answer: the reply carries the acknowledgement instead.
       wire::Request reply = datagram_header(kFakeIp, kFakeQpn, own_qpn, 0);
       reply.flags = wire::kCarriesDatagramAck;
-      reply.acked_psn_end = ours.psn & wire::kDatagramPsnMask;
+      reply.acked_psn_end = ours.psn & wire::k24BitField;
       const int to_us = connect_to(port_of_qpn(own_qpn));
       replied = to_us >= 0 && send_datagram(to_us, reply, 'r');
       wire::Response answer{};

@@ -30,7 +30,8 @@
 
 namespace softrdma::wire {
 
-inline constexpr uint32_t kDatagramPsnMask = (1u << 24) - 1;
+/// The word's QP number and PSN fields: 24 bits each, as on a NIC.
+inline constexpr uint32_t k24BitField = (1u << 24) - 1;
 
 /// The 16-bit tag of the host whose GID is `gid` (an IPv4-mapped one: its address folded).
 inline uint16_t host_tag(const uint8_t* gid) {
@@ -41,23 +42,23 @@ inline uint16_t host_tag(const uint8_t* gid) {
 
 /// The acknowledgement of datagram `psn` of requester QP `qpn` on the host tagged `tag`.
 inline uint64_t datagram_ack(uint32_t qpn, uint16_t tag, uint32_t psn) {
-  return uint64_t{qpn & kDatagramPsnMask} << 40 | uint64_t{tag} << 24 | (psn & kDatagramPsnMask);
+  return uint64_t{qpn & k24BitField} << 40 | uint64_t{tag} << 24 | (psn & k24BitField);
 }
 
 /// Whether acknowledgement `ack` (0: none) is for requester `qpn` on the host tagged `tag`.
 inline bool acknowledges(uint64_t ack, uint32_t qpn, uint16_t tag) {
-  return ack != 0 && (ack >> 40) == (qpn & kDatagramPsnMask) && uint16_t(ack >> 24) == tag;
+  return ack != 0 && (ack >> 40) == (qpn & k24BitField) && uint16_t(ack >> 24) == tag;
 }
 
 /// The PSN of the datagram `ack` acknowledges (24 bits).
 inline uint32_t acked_psn(uint64_t ack) {
-  return static_cast<uint32_t>(ack) & kDatagramPsnMask;
+  return static_cast<uint32_t>(ack) & k24BitField;
 }
 
 /// Whether a datagram of PSN `psn` (32 bits, as the requester counts) is the one acknowledged
 /// as `acked` (24 bits, as the wire carries it).
 inline bool is_acked(uint32_t psn, uint32_t acked) {
-  return (psn & kDatagramPsnMask) == acked;
+  return (psn & k24BitField) == acked;
 }
 
 }  // namespace softrdma::wire
