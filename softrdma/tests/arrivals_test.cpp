@@ -6,8 +6,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <memory>
 #include <vector>
 
+#include "epoll_registrations.hpp"
 #include "wire/arrivals.hpp"
 
 namespace {
@@ -18,6 +20,7 @@ using softrdma::wire::kReadDirectlyAtMost;
 using softrdma::wire::unwatch_for_polls;
 using softrdma::wire::watch_for_polls;
 using softrdma::wire::watched_for_polls;
+using softrdma_test::epoll_registrations;
 
 // One end of a socketpair, watched as a link or an inbound connection; the other end
 // writes to it.
@@ -92,6 +95,28 @@ TEST(ArrivalsTest, FewAgainAfterSomeCloseTheRemainingAreReadDirectlyAndNoClosedO
   for (const auto& s : inbound) left.push_back(s.get());
   ASSERT_LE(left.size(), kReadDirectlyAtMost);
   EXPECT_EQ(requests_of(look()), fds_of(left));
+}
+
+// Read directly, a few sockets need no epoll set, and are in none: a socket in one costs
+// every message that arrives on it a callback. Beyond the few, every one is in the set,
+// those watched before too; back to few, none is.
+TEST(ArrivalsTest, SocketsAreInTheEpollSetOnlyWhilePollsUseIt) {
+  auto registered = [](const std::vector<std::unique_ptr<WatchedSocket>>& sockets) {
+    int n = 0;
+    for (const auto& s : sockets) n += epoll_registrations(s->fd());
+    return n;
+  };
+  std::vector<std::unique_ptr<WatchedSocket>> sockets;
+  for (size_t i = 0; i < kReadDirectlyAtMost; ++i)
+    sockets.push_back(std::make_unique<WatchedSocket>(i == 0));
+  EXPECT_EQ(registered(sockets), 0);
+  sockets.push_back(std::make_unique<WatchedSocket>(false));
+  EXPECT_EQ(registered(sockets), static_cast<int>(sockets.size()));
+  sockets[1]->arrive();  // watched while few: epoll finds it all the same
+  EXPECT_EQ(requests_of(look()), fds_of({sockets[1].get()}));
+  sockets.pop_back();
+  EXPECT_EQ(registered(sockets), 0);
+  EXPECT_EQ(look().requests, static_cast<int>(kReadDirectlyAtMost) - 1);
 }
 
 TEST(ArrivalsTest, NoSocketsNothingToRead) {

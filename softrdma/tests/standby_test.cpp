@@ -54,7 +54,7 @@ class StandbyTest : public ::testing::Test {
     StandingBy(Standby& standby, int socket, std::function<void()> at_each_nap_end = {})
         : thread_([this, &standby, socket, at_each_nap_end] {
             const auto began = std::chrono::steady_clock::now();
-            standby.stand_by(socket, at_each_nap_end);
+            standby.stand_by(std::span(&socket, 1), at_each_nap_end);
             took_ = std::chrono::steady_clock::now() - began;
             done_.set_value();
           }) {}

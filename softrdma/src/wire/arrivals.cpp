@@ -25,7 +25,11 @@ struct PollSet {
   // number under its lock, so it serves whatever connection has it, or none.
   std::atomic<int> inbound[kReadDirectlyAtMost];
   std::atomic<size_t> inbound_count{0};  // all of them, listed or not
-  std::vector<int> inbound_all;          // under the mutex
+  // Under the mutex: every socket watched (with its tag), and whether the epoll set holds
+  // them. It does only while polls use it: a socket in an epoll set costs each message that
+  // arrives on it a callback on the sender's CPU, under the socket's lock.
+  std::vector<epoll_event> all;
+  bool in_epoll = false;
   PollSet() {
     for (auto& fd : inbound) fd.store(-1, std::memory_order_relaxed);
   }
@@ -43,12 +47,36 @@ int current_epfd(const PollSet& s) {
              : -1;
 }
 
+int fd_of(const epoll_event& e) {
+  return static_cast<int>(e.data.u64 & 0xffffffffu);
+}
+
 // Caller holds the mutex. Lists the inbound connections for polls if they are few.
 void publish_inbound(PollSet& s) {
-  const size_t n = s.inbound_all.size();
-  for (size_t i = 0; i < kReadDirectlyAtMost; ++i)
-    s.inbound[i].store(i < n ? s.inbound_all[i] : -1, std::memory_order_relaxed);
+  size_t n = 0;
+  for (const epoll_event& e : s.all) {
+    if (e.data.u64 & kLinkTag) continue;
+    if (n < kReadDirectlyAtMost) s.inbound[n].store(fd_of(e), std::memory_order_relaxed);
+    ++n;
+  }
+  for (size_t i = n; i < kReadDirectlyAtMost; ++i)
+    s.inbound[i].store(-1, std::memory_order_relaxed);
   s.inbound_count.store(n, std::memory_order_release);
+}
+
+// Caller holds the mutex. Puts every socket into the epoll set or takes every one out, as
+// polls will read them: directly while few (arrivals_now), through the set beyond.
+// Sockets go in before the count that sends polls to the set grows past the few, and
+// come out after it fell back.
+void place_in_epoll(PollSet& s, int epfd, bool wanted) {
+  if (wanted == s.in_epoll) return;
+  for (epoll_event& e : s.all) {
+    if (wanted)
+      epoll_ctl(epfd, EPOLL_CTL_ADD, fd_of(e), &e);
+    else
+      epoll_ctl(epfd, EPOLL_CTL_DEL, fd_of(e), nullptr);
+  }
+  s.in_epoll = wanted;
 }
 
 // This process's set, made on first use (caller holds the mutex). -1 if it cannot be.
@@ -57,7 +85,8 @@ int make_epfd(PollSet& s) {
   const int inherited = s.epfd.load(std::memory_order_relaxed);
   if (inherited >= 0) close(inherited);  // the parent's: shared with it
   watched_for_polls.store(0, std::memory_order_relaxed);
-  s.inbound_all.clear();
+  s.all.clear();
+  s.in_epoll = false;
   publish_inbound(s);
   s.epfd.store(epoll_create1(EPOLL_CLOEXEC), std::memory_order_relaxed);
   s.pid.store(current_pid(), std::memory_order_release);
@@ -74,11 +103,10 @@ void watch_for_polls(int fd, bool is_link) {
   epoll_event e{};
   e.events = EPOLLIN;
   e.data.u64 = static_cast<uint32_t>(fd) | (is_link ? kLinkTag : 0);
-  if (epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &e) != 0) return;
-  if (!is_link) {
-    s.inbound_all.push_back(fd);
-    publish_inbound(s);
-  }
+  if (s.in_epoll && epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &e) != 0) return;
+  s.all.push_back(e);
+  place_in_epoll(s, epfd, s.all.size() > kReadDirectlyAtMost);
+  if (!is_link) publish_inbound(s);
   watched_for_polls.fetch_add(1, std::memory_order_release);
 }
 
@@ -86,13 +114,15 @@ void unwatch_for_polls(int fd) {
   PollSet& s = poll_set();
   std::lock_guard lock(s.mutex);
   const int epfd = current_epfd(s);
-  if (epfd < 0 || epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr) != 0) return;
+  auto it = std::find_if(s.all.begin(), s.all.end(),
+                         [fd](const epoll_event& e) { return fd_of(e) == fd; });
+  if (epfd < 0 || it == s.all.end()) return;
+  const bool inbound = !(it->data.u64 & kLinkTag);
+  if (s.in_epoll) epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
+  s.all.erase(it);
   watched_for_polls.fetch_sub(1, std::memory_order_relaxed);
-  if (auto it = std::find(s.inbound_all.begin(), s.inbound_all.end(), fd);
-      it != s.inbound_all.end()) {
-    s.inbound_all.erase(it);
-    publish_inbound(s);
-  }
+  place_in_epoll(s, epfd, s.all.size() > kReadDirectlyAtMost);
+  if (inbound) publish_inbound(s);
 }
 
 Arrivals arrivals_now(size_t watched) {
@@ -115,7 +145,7 @@ Arrivals arrivals_now(size_t watched) {
     if (events[i].data.u64 & kLinkTag)
       a.responses = true;
     else
-      a.request_fds[a.requests++] = static_cast<int>(events[i].data.u64 & 0xffffffffu);
+      a.request_fds[a.requests++] = fd_of(events[i]);
   }
   return a;
 }

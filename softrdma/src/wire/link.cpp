@@ -305,7 +305,7 @@ void Link::read_loop(std::shared_ptr<Link> self) {
   for (;;) {
     pollfd p[2] = {{self->fd_, POLLIN, 0}, {self->standby_.fd(), POLLIN, 0}};
     if (poll(p, 2, -1) < 0 && errno != EINTR) break;
-    if (p[1].revents != 0) self->standby_.stand_by(self->fd_);
+    if (p[1].revents != 0) self->standby_.stand_by(std::span(&self->fd_, 1));
     std::lock_guard reading(self->read_mutex_);
     bool handled = false;
     if (!self->take_responses(handled)) break;

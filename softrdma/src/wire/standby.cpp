@@ -57,7 +57,8 @@ void Standby::drain() {
   }
 }
 
-void Standby::stand_by(int arrivals, const std::function<void()>& at_each_nap_end) {
+void Standby::stand_by(std::span<const int> arrivals,
+                       const std::function<void()>& at_each_nap_end) {
   drain();
   if (!stand_down_requested_.exchange(false, std::memory_order_relaxed)) return;
   StandingBy& list = standing_by_list();
@@ -77,7 +78,14 @@ void Standby::stand_by(int arrivals, const std::function<void()>& at_each_nap_en
   stand_down_at_.store(UINT64_MAX, std::memory_order_relaxed);
   // Only hang-ups and errors end a nap early: POLLRDHUP without POLLIN is not woken by
   // arriving data (an epoll descriptor, which reports only POLLIN, never ends one).
-  pollfd watched[2] = {{fd_, POLLIN, 0}, {arrivals, POLLRDHUP, 0}};
+  pollfd watched[1 + kMostArrivals];
+  pollfd waiting[kMostArrivals];
+  const nfds_t count = std::min(arrivals.size(), kMostArrivals);
+  watched[0] = {fd_, POLLIN, 0};
+  for (nfds_t i = 0; i < count; ++i) {
+    watched[1 + i] = {arrivals[i], POLLRDHUP, 0};
+    waiting[i] = {arrivals[i], POLLIN, 0};
+  }
   // Something found waiting as a nap ended with no take may have come just then: it has
   // waited a whole nap untaken only if it still waits after one more, short, nap without a
   // take. (Returning at the first sight sent the thread back in most naps of a two-way
@@ -86,11 +94,10 @@ void Standby::stand_by(int arrivals, const std::function<void()>& at_each_nap_en
   for (auto nap = kFirstNap;;) {
     const uint64_t taken_before = took_.load(std::memory_order_relaxed);
     const timespec timeout = to_timespec(nap);
-    if (ppoll(watched, 2, &timeout, nullptr) != 0) break;  // woken, or the socket ended
+    if (ppoll(watched, 1 + count, &timeout, nullptr) != 0) break;  // woken, or a socket ended
     if (at_each_nap_end) at_each_nap_end();
     const bool took = took_.load(std::memory_order_relaxed) != taken_before;
-    pollfd waiting{arrivals, POLLIN, 0};
-    if (!took && poll(&waiting, 1, 0) != 0) {
+    if (!took && poll(waiting, count, 0) != 0) {
       if (waited_at_last_end) break;  // nobody calls for it
       waited_at_last_end = true;
       nap = kFirstNap;

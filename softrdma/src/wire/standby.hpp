@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <span>
 
 #include "common/unlocked_count.hpp"
 #include "wire/arrivals.hpp"
@@ -83,12 +84,13 @@ class Standby {
   }
 
   /// The background thread, when fd() was readable: naps while applications take what
-  /// arrives, and returns once something waited on `arrivals` (a socket, or an epoll
-  /// descriptor of sockets) a whole nap untaken, after a longest nap in which nothing
-  /// arrived, when an application arms a CQ, or when the socket hangs up or fails. The
-  /// thread then serves what waits and waits on its sockets again.
+  /// arrives, and returns once something waited on one of `arrivals` (sockets, or epoll
+  /// descriptors of sockets) a whole nap untaken, after a longest nap in which nothing
+  /// arrived, when an application arms a CQ, or when a socket hangs up or fails. The thread
+  /// then serves what waits and waits on its sockets again. The first kMostArrivals count.
   /// `at_each_nap_end` runs as each nap ends.
-  void stand_by(int arrivals, const std::function<void()>& at_each_nap_end = {});
+  static constexpr size_t kMostArrivals = 8;
+  void stand_by(std::span<const int> arrivals, const std::function<void()>& at_each_nap_end = {});
 
   /// The thread stands by (applications poll).
   bool standing_by() const { return napping_.load(std::memory_order_relaxed); }
