@@ -978,7 +978,7 @@ bool serving_thread_yields_to_whom_it_wakes() {
 // priority on the application's CPU, so the application runs between the two.
 TEST_F(TcpPathTest, AnAcknowledgementHeldWhileTheApplicationDestroysItsQpStillGoesOut) {
   constexpr uint32_t kFakeQpn = fake_qpn(0x54);
-  constexpr const char* kFakeIp = "127.0.0.21";
+  constexpr const char* kFakeIp = "127.0.0.22";
   Link link;
   ASSERT_TRUE(link.ok());
   Child child(link, [&] {
