@@ -1417,14 +1417,8 @@ TEST_F(TcpPathTest, AFewConnectionsLeaveTheEpollSetWhileApplicationsTakeTheirReq
   ASSERT_GE(s, 0);
   uint32_t sent = 0;
   auto datagram = [&] {
-    wire::Request h = valid_request(ud->qp_num);
-    h.opcode = IBV_WR_SEND;
-    h.qp_type = IBV_QPT_UD;
-    h.qkey = kDatagramQkey;
-    h.psn = sent++;
-    h.length = h.payload_len = sizeof h.psn;
-    ASSERT_EQ(send(s, &h, sizeof h, MSG_MORE), static_cast<ssize_t>(sizeof h));
-    ASSERT_EQ(send(s, &h.psn, sizeof h.psn, 0), static_cast<ssize_t>(sizeof h.psn));
+    const wire::Request h = datagram_header("127.0.0.23", fake_qpn(0x55), ud->qp_num, sent++);
+    ASSERT_TRUE(send_datagram(s, h, 'd'));
     wire::Response r{};
     ASSERT_TRUE(read_all(s, &r, sizeof r, kTimeout)) << "datagram " << h.psn;
     ASSERT_EQ(r.reply, wire::Reply::kDone) << "datagram " << h.psn;
