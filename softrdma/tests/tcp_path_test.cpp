@@ -1377,6 +1377,24 @@ TEST_F(TcpPathTest, RequestsAPollLeavesInTheSocketRunOnceEachInOrder) {
   close(s);
 }
 
+// TCP sockets of this process that are not listening (connected or no longer), softrdma's
+// and any other.
+int tcp_sockets() {
+  int n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    const int fd = std::stoi(entry.path().filename().string());
+    int type = 0, listening = 0, domain = 0;
+    socklen_t length = sizeof type;
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &length) != 0 || type != SOCK_STREAM) continue;
+    length = sizeof domain;
+    getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &length);
+    length = sizeof listening;
+    getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &length);
+    if (domain == AF_INET && !listening) ++n;
+  }
+  return n;
+}
+
 // This process's end of the TCP connection whose other end is `s` (both are here).
 int accepted_end_of(int s) {
   sockaddr_in mine{};
@@ -1403,6 +1421,10 @@ TEST_F(TcpPathTest, AFewConnectionsLeaveTheEpollSetWhileApplicationsTakeTheirReq
   ASSERT_NO_FATAL_FAILURE(ListeningDatagramReceiver(receiver, 64));
   ibv_cq* cq = receiver.cq;
   ibv_qp* ud = receiver.qp;
+  // With more than a few sockets (softrdma's kReadDirectlyAtMost, 4, this test's connection
+  // included) polls use the poll set, which then rightly holds them all. CTest runs each
+  // test in a program of its own; run together, earlier tests leave their links open.
+  if (tcp_sockets() >= 4) GTEST_SKIP() << "earlier tests in this program left sockets open";
   std::atomic<size_t> taken{0};
   std::atomic<bool> polling{true};
   std::jthread application([&](const std::stop_token& stop) {
