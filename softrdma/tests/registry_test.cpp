@@ -213,6 +213,27 @@ TEST(EntryPinsTest, APinIsHeldUnderItsProcessUntilDropped) {
   EXPECT_TRUE(pins.drained_but_for_the_dead());
 }
 
+// A pin stops at the first place that is its process's or free: a process may then hold
+// several places, and its pins are their sum.
+TEST(EntryPinsTest, APinTakesTheFirstPlaceThatIsItsOwnOrFree) {
+  EntryPins pins;
+  const uint64_t me = uint64_t{static_cast<uint32_t>(getpid())} << 32;
+  const uint64_t other = uint64_t{1} << 32 | 1;  // init: alive for the test's life
+  pins.named[0].store(other);
+  pins.named[2].store(me | 1);
+  pins.pin();
+  EXPECT_EQ(pins.named[1].load(), me | 1) << "the free place before this process's own";
+  EXPECT_EQ(pins.named[2].load(), me | 1);
+  pins.pin();
+  EXPECT_EQ(pins.named[1].load(), me | 2) << "this process's first place";
+  EXPECT_FALSE(pins.drained_but_for_the_dead());
+  for (int i = 0; i < 3; ++i) pins.unpin();  // the two pins and the one in place 2
+  EXPECT_EQ(pins.named[0].load(), other) << "another process's pin dropped";
+  EXPECT_EQ(pins.named[1].load(), 0u);
+  EXPECT_EQ(pins.named[2].load(), 0u);
+  EXPECT_EQ(pins.unnamed.load(), 0u);
+}
+
 TEST(EntryPinsTest, PinsBeyondTheNamedPlacesAreCountedUnnamed) {
   EntryPins pins;
   const auto held_by = [](pid_t pid) { return uint64_t{static_cast<uint32_t>(pid)} << 32 | 1; };

@@ -15,27 +15,23 @@ uint64_t pid_bits(pid_t pid) {
 
 void EntryPins::pin() {
   const uint64_t me = pid_bits(current_pid());
-  // Each failed exchange means another pinner changed the line: the loop ends once they do not.
+  // The first place that is this process's or free: a process may hold several (its pins are
+  // the sum), so a pin need not look past it. Each failed exchange means another pinner
+  // changed the line: the loop ends once they do not.
   for (;;) {
-    int free_place = -1;
     bool raced = false;
     for (int i = 0; i < kNamed && !raced; ++i) {
       uint64_t word = named[i].load(std::memory_order_relaxed);
-      if ((word & ~kPinsMask) == me && (word & kPinsMask) != kPinsMask) {
-        if (named[i].compare_exchange_strong(word, word + 1, std::memory_order_seq_cst)) return;
-        raced = true;
-      } else if (word == 0 && free_place < 0) {
-        free_place = i;
-      }
+      const bool ours = (word & ~kPinsMask) == me && (word & kPinsMask) != kPinsMask;
+      if (!ours && word != 0) continue;
+      if (named[i].compare_exchange_strong(word, ours ? word + 1 : me | 1,
+                                           std::memory_order_seq_cst))
+        return;
+      raced = true;
     }
     if (raced) continue;
-    if (free_place < 0) {
-      unnamed.fetch_add(1, std::memory_order_seq_cst);
-      return;
-    }
-    uint64_t free_word = 0;
-    if (named[free_place].compare_exchange_strong(free_word, me | 1, std::memory_order_seq_cst))
-      return;
+    unnamed.fetch_add(1, std::memory_order_seq_cst);
+    return;
   }
 }
 
