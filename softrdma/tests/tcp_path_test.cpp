@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <mutex>
 #include <numeric>
 #include <optional>
 #include <string>
@@ -1168,6 +1169,64 @@ INSTANTIATE_TEST_SUITE_P(TcpPath, InlineSendRetried,
                          ::testing::Values(InlineCase{"InTheRecord", 32, "127.0.0.14"},
                                            InlineCase{"OnTheHeap", 400, "127.0.0.19"}),
                          [](const auto& param_info) { return std::string(param_info.param.name); });
+
+// The local region a QP sent from last is remembered by the QP (engine/local_key_cache.hpp)
+// on the way to another host too, and must not outlive a change: after ibv_rereg_mr the
+// next SEND carries the new pages' bytes, and after ibv_dereg_mr the next one fails without
+// leaving this host.
+TEST_F(TcpPathTest, ALocalRegionSentFromToAnotherHostIsReadAsItIsNow) {
+  constexpr uint32_t kFakeQpn = fake_qpn(0x55);
+  std::mutex mutex;
+  std::vector<std::string> payloads;
+  FakeHost host("127.0.0.23", kFakeQpn, [&](int listener, const std::atomic<bool>& stop) {
+    const int c = accept(listener, nullptr, nullptr);
+    if (c < 0) return;
+    // After the two SENDs it should see, a third is looked for a while: it must not come.
+    const auto wait_for = [&] { return payloads.size() < 2 ? kTimeout : Millis{300}; };
+    for (wire::Request h{}; !stop && read_all(c, &h, sizeof h, wait_for());) {
+      std::string payload(h.payload_len, '\0');
+      if (h.payload_len > 64 || !read_all(c, payload.data(), payload.size(), kTimeout)) break;
+      {
+        std::lock_guard lock(mutex);
+        payloads.push_back(payload);
+      }
+      wire::Response r{};
+      r.magic = wire::kMagic;
+      r.kind = wire::Kind::kResponse;
+      r.reply = wire::Reply::kDone;
+      r.src_qpn = h.src_qpn;
+      r.psn = h.psn;
+      send(c, &r, sizeof r, MSG_NOSIGNAL);
+    }
+    close(c);
+  });
+  ASSERT_EQ(host.error(), "");
+  ibv_cq* cq = nullptr;
+  ibv_qp* qp = nullptr;
+  ASSERT_NO_FATAL_FAILURE(QpToFakeHost("127.0.0.23", kFakeQpn, cq, qp));
+  Buffer moved = allocate_buffer(4096, 'm');  // outlives the region that ends up on it
+  Buffer src = NewBuffer(4096, kRemoteAccess, 'o');
+  ASSERT_EQ(post_send(qp, send_wr(1, IBV_WR_SEND, IBV_SEND_SIGNALED), {src.sge(0, 8)}), 0);
+  ASSERT_TRUE(completed(poll_one(cq), 1));
+
+  ASSERT_EQ(
+      ibv_rereg_mr(src.mr.get(), IBV_REREG_MR_CHANGE_TRANSLATION, nullptr, moved.data(), 4096, 0),
+      0);
+  const ibv_sge from_moved{moved.addr(), 8, src.mr->lkey};
+  ASSERT_EQ(post_send(qp, send_wr(2, IBV_WR_SEND, IBV_SEND_SIGNALED), {from_moved}), 0);
+  ASSERT_TRUE(completed(poll_one(cq), 2));
+
+  ASSERT_EQ(ibv_dereg_mr(src.mr.release()), 0);
+  ASSERT_EQ(post_send(qp, send_wr(3, IBV_WR_SEND, IBV_SEND_SIGNALED), {from_moved}), 0);
+  const ibv_wc refused = poll_one(cq);
+  EXPECT_EQ(refused.wr_id, 3u);
+  EXPECT_EQ(refused.status, IBV_WC_LOC_PROT_ERR) << ibv_wc_status_str(refused.status);
+  host.finish();
+  std::lock_guard lock(mutex);
+  ASSERT_EQ(payloads.size(), 2u) << "a SEND from a deregistered region left the host";
+  EXPECT_EQ(payloads[0], std::string(8, 'o'));
+  EXPECT_EQ(payloads[1], std::string(8, 'm')) << "the SEND after ibv_rereg_mr read the old pages";
+}
 
 // A batch of READs whose answers exceed what the responder lets pile up (8 MiB) arrives in
 // one piece: the requests held back behind the limit run once the answers drain, though

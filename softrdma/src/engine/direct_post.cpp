@@ -70,14 +70,7 @@ char* local_buffer(Qp& qp, const ibv_send_wr& wr) {
   if (wr.send_flags & IBV_SEND_INLINE) return reinterpret_cast<char*>(sge.addr);
   const bool reads_it = is_write(wr.opcode) || is_send(wr.opcode);
   const uint32_t need = reads_it ? 0 : IBV_ACCESS_LOCAL_WRITE;
-  if (char* here = qp.local_keys.find(sge.lkey, sge.addr, sge.length, need)) return here;
-  const MrSlot* s = Registry::instance().mr_slot(sge.lkey);
-  if (!s || s->key.load(std::memory_order_acquire) != sge.lkey || s->kind != KeyKind::kRegion ||
-      (s->access & IBV_ACCESS_ON_DEMAND) ||
-      !admits(*s, sge.addr, sge.length, self_process(), qp.pd_id, need))
-    return nullptr;
-  qp.local_keys.remember(*s, sge.lkey);
-  return reinterpret_cast<char*>(s->host_addr + (sge.addr - s->iova));
+  return qp.local_keys.reach(sge.lkey, sge.addr, sge.length, need, qp.pd_id);
 }
 
 // Says what the access about to be checked relies on; the checks' loads come after it.

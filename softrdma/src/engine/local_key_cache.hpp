@@ -1,8 +1,8 @@
-// The local region a QP's requests on the direct path used last. A hit checks the slot's key
-// and generation (two loads on a line the registry shares anyway) and the bounds, instead of
-// finding the slot and comparing owner, PD, rights and range on every post. The region is
-// this process's own memory: as with the full check, a deregistration racing a post of the
-// same key is the application's race, which a NIC does not order either.
+// The local region a QP's requests used last. A hit checks the slot's key and generation (two
+// loads on a line the registry shares anyway) and the bounds, instead of finding the slot and
+// comparing owner, PD, rights and range on every post. The region is this process's own
+// memory: as with the full check, a deregistration racing a post of the same key is the
+// application's race, which a NIC does not order either. Used under the QP's send lock.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +24,17 @@ class LocalKeyCache {
     return here_ + (addr - iova_);
   }
 
+  /// As find(), and on a miss looks the key up in the registry: a region of this process in
+  /// `pd_id` with every bit of `access` that is not on demand is remembered and reached. Null
+  /// for anything else, which the caller checks the general way (and reports).
+  char* reach(uint32_t lkey, uint64_t addr, uint64_t length, uint32_t access, uint32_t pd_id) {
+    if (char* here = find(lkey, addr, length, access)) return here;
+    return look_up(lkey, addr, length, access, pd_id);
+  }
+
+ private:
+  char* look_up(uint32_t lkey, uint64_t addr, uint64_t length, uint32_t access, uint32_t pd_id);
+
   /// Remembers `slot`, which the caller found live under `lkey` and admitted for this QP
   /// (a region of this process, in the QP's PD, not on demand).
   void remember(const MrSlot& slot, uint32_t lkey) {
@@ -36,7 +47,6 @@ class LocalKeyCache {
     key_ = lkey;
   }
 
- private:
   uint32_t key_ = 0;  // 0: nothing remembered
   uint32_t generation_ = 0;
   uint32_t access_ = 0;

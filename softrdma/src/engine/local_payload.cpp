@@ -5,7 +5,7 @@
 
 namespace softrdma {
 
-bool gather_local_payload(const Qp& qp, const SendWork& w, LocalPayload& out) {
+bool gather_local_payload(Qp& qp, const SendWork& w, LocalPayload& out) {
   out.iov = out.inline_iov;
   out.count = 0;
   if (!w.inline_data.empty()) {
@@ -23,6 +23,13 @@ bool gather_local_payload(const Qp& qp, const SendWork& w, LocalPayload& out) {
   }
   const uint32_t need =
       (w.opcode == IBV_WR_RDMA_READ || is_atomic(w.opcode)) ? IBV_ACCESS_LOCAL_WRITE : 0;
+  if (w.sges.count == 1 && w.sges.at[0].length) {
+    const ibv_sge& sge = w.sges.at[0];
+    if (char* here = qp.local_keys.reach(sge.lkey, sge.addr, sge.length, need, qp.pd_id)) {
+      out.inline_iov[out.count++] = iovec{here, sge.length};
+      return true;
+    }
+  }
   if (!pin_sge_list(out.pinned, w.sges.at, w.sges.count, self_process(), qp.pd_id, need))
     return false;
   out.iov = out.pinned.iov();

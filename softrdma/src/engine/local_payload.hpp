@@ -19,7 +19,7 @@ struct LocalPayload {
 /// Gathers `w`'s local buffers into `out`: the bytes a SEND or WRITE carries, or where a READ
 /// or atomic's result lands. False if its registered memory is not the QP's to use (the
 /// request then fails with IBV_WC_LOC_PROT_ERR).
-bool gather_local_payload(const Qp& qp, const SendWork& w, LocalPayload& out);
+bool gather_local_payload(Qp& qp, const SendWork& w, LocalPayload& out);
 
 /// `w`'s payload may be sent from where it is, registered memory the application leaves
 /// alone until the request completes (not inline bytes, which it may reuse at once).
