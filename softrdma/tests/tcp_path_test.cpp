@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
 #include <sched.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -28,6 +29,7 @@
 #include "support/subprocess.hpp"
 #include "support/thread_usage.hpp"
 #include "verbs_fixture.hpp"
+#include "wire/arrivals.hpp"
 #include "wire/datagram_acks.hpp"
 #include "wire/protocol.hpp"
 
@@ -1226,6 +1228,63 @@ TEST_F(TcpPathTest, ALocalRegionSentFromToAnotherHostIsReadAsItIsNow) {
   ASSERT_EQ(payloads.size(), 2u) << "a SEND from a deregistered region left the host";
   EXPECT_EQ(payloads[0], std::string(8, 'o'));
   EXPECT_EQ(payloads[1], std::string(8, 'm')) << "the SEND after ibv_rereg_mr read the old pages";
+}
+
+// On a NIC, ibv_poll_cq and ibv_post_send never enter the kernel, so a thread with a
+// cancellation pending is never cancelled inside one. Here their looks at the sockets make
+// system calls: plain ones, not glibc's cancellation points, so the calls return, and the
+// thread is cancelled at its own next cancellation point. The process's requests from other
+// hosts are still served after it.
+TEST_F(TcpPathTest, VerbsCallsThatReadSocketsAreNoCancellationPoints) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "under TSan the library calls glibc's, which TSan intercepts (socket_io.hpp)";
+#endif
+  ASSERT_NO_FATAL_FAILURE(ConnectPair());
+  Buffer target = NewBuffer(64, kRemoteAccess, 0);
+  const int s = connect_to(own_port());
+  ASSERT_GE(s, 0);
+  // Served once: the connection is accepted and among the sockets polls read.
+  ASSERT_EQ(write_over_tcp(s, target, 0, 'a', 0).reply, wire::Reply::kDone);
+
+  struct Calls {
+    ibv_cq* cq;
+    ibv_qp* qp;
+    Buffer* buffer;
+    std::atomic<int> returned{0};
+  } calls{p_.cq_a, p_.a, &target, {}};
+  const auto body = [](void* arg) -> void* {
+    auto* c = static_cast<Calls*>(arg);
+    pthread_cancel(pthread_self());  // pending: deferred until a cancellation point
+    for (int i = 0; i < 2 * static_cast<int>(wire::kLookEvery); ++i) {
+      ibv_wc wc{};
+      ibv_poll_cq(c->cq, 1, &wc);
+      c->returned.fetch_add(1);
+    }
+    ibv_send_wr* bad = nullptr;
+    ibv_sge sge = c->buffer->sge(0, 8);
+    ibv_send_wr wr{};
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.wr.rdma.remote_addr = c->buffer->addr(8);
+    wr.wr.rdma.rkey = c->buffer->rkey();
+    for (unsigned i = 0; i < wire::kLookEvery; ++i) {
+      ibv_post_send(c->qp, &wr, &bad);
+      c->returned.fetch_add(1);
+    }
+    pthread_testcancel();
+    return nullptr;
+  };
+  pthread_t thread;
+  ASSERT_EQ(pthread_create(&thread, nullptr, body, &calls), 0);
+  void* result = nullptr;
+  ASSERT_EQ(pthread_join(thread, &result), 0);
+  EXPECT_EQ(result, PTHREAD_CANCELED);
+  EXPECT_EQ(calls.returned.load(), 3 * static_cast<int>(wire::kLookEvery))
+      << "a verbs call was cancelled inside";
+  EXPECT_EQ(write_over_tcp(s, target, 16, 'b', 1).reply, wire::Reply::kDone);
+  EXPECT_TRUE(target.all('b', 16, 8));
+  close(s);
 }
 
 // A batch of READs whose answers exceed what the responder lets pile up (8 MiB) arrives in

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/current_pid.hpp"
+#include "wire/socket_io.hpp"
 
 namespace softrdma::wire {
 namespace {
@@ -140,7 +141,7 @@ Arrivals arrivals_now(size_t watched) {
     return a;
   }
   epoll_event events[Arrivals::kMost];
-  const int n = epoll_wait(epfd, events, Arrivals::kMost, 0);
+  const int n = ready_now(epfd, events, Arrivals::kMost);
   for (int i = 0; i < n; ++i) {
     if (events[i].data.u64 & kLinkTag)
       a.responses = true;

@@ -204,7 +204,7 @@ bool InboundConnection::on_readable(bool answer_now, bool consume_later) {
     if (input_.size() < filled_ + want) input_.resize(filled_ + want);
     const bool peek = consume_later && last_read_short_ && last_request_both_ways_;
     if (peek) want = kShortRead;  // consume_peeked() discards at most that much
-    const ssize_t r = recv(fd_, input_.data() + filled_, want, peek ? MSG_PEEK : 0);
+    const ssize_t r = recv_now(fd_, input_.data() + filled_, want, peek ? MSG_PEEK : 0);
     if (r == 0) return false;
     if (r < 0) {
       if (errno == EINTR) continue;
@@ -352,13 +352,10 @@ bool InboundConnection::on_writable() {
 
 bool InboundConnection::flush() {
   while (wants_write()) {
-    const ssize_t w =
-        send(fd_, output_.data() + written_, sendable_end_ - written_, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-      return false;
-    }
+    const iovec unsent{output_.data() + written_, sendable_end_ - written_};
+    const ssize_t w = write_now(fd_, &unsent, 1);
+    if (w < 0) return false;
+    if (w == 0) break;  // the socket is full
     written_ += static_cast<size_t>(w);
   }
   // Reclaim what was sent: at once when all of it was, else once the sent part is large.

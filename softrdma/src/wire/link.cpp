@@ -271,7 +271,7 @@ bool Link::take_responses(bool& handled) {
         want = std::clamp(sizeof h + h.payload_len - filled_, kReadChunk, kLargeRead);
     }
     if (input_.size() < filled_ + want) input_.resize(filled_ + want);
-    const ssize_t r = recv(fd_, input_.data() + filled_, want, MSG_DONTWAIT);
+    const ssize_t r = recv_now(fd_, input_.data() + filled_, want, MSG_DONTWAIT);
     if (r < 0 && errno == EINTR) continue;
     if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
     if (r <= 0) {  // closed by the peer, or failed

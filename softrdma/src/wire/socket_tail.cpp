@@ -9,6 +9,7 @@
 
 #include "engine/iovec_list.hpp"
 #include "engine/memory_access.hpp"
+#include "wire/socket_io.hpp"
 
 namespace softrdma::wire {
 
@@ -23,7 +24,7 @@ bool drop_bytes(int fd, size_t n) {
   // recv takes the buffer as written: give them one of the length asked.
   char dropped[4096];
   while (n > 0) {
-    const ssize_t r = recv(fd, dropped, std::min(n, sizeof dropped), MSG_TRUNC | MSG_DONTWAIT);
+    const ssize_t r = recv_now(fd, dropped, std::min(n, sizeof dropped), MSG_TRUNC | MSG_DONTWAIT);
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) return false;  // they were there: the connection failed
     n -= static_cast<size_t>(r);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/current_pid.hpp"
+#include "wire/socket_io.hpp"
 
 namespace softrdma::wire {
 namespace {
@@ -31,12 +32,6 @@ timespec to_timespec(std::chrono::microseconds d) {
                   static_cast<long>(d.count() % 1000000) * 1000};
 }
 
-void notify(int fd) {
-  const uint64_t one = 1;
-  while (write(fd, &one, sizeof one) < 0 && errno == EINTR) {
-  }
-}
-
 }  // namespace
 
 Standby::Standby() : fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
@@ -48,7 +43,7 @@ Standby::~Standby() {
 void Standby::signal() {
   if (fd_ < 0) return;
   stand_down_requested_.store(true, std::memory_order_relaxed);
-  notify(fd_);
+  notify_eventfd(fd_);
 }
 
 void Standby::drain() {
@@ -128,7 +123,7 @@ void Standby::wake_all_now() {
   StandingBy& list = standing_by_list();
   std::lock_guard lock(list.mutex);
   if (list.pid != current_pid()) return;
-  for (Standby* s : list.all) notify(s->fd_);
+  for (Standby* s : list.all) notify_eventfd(s->fd_);
 }
 
 }  // namespace softrdma::wire
