@@ -28,11 +28,14 @@ uint32_t destination_qpn(const Qp& qp, const SendWork& w) {
 }
 
 // The connection to the host and port that serve `w`'s destination (made on demand);
-// nullptr when it cannot be reached now. The caller holds qp.sq_mutex.
-std::shared_ptr<wire::Link> link_for(Qp& qp, const SendWork& w) {
+// null when it cannot be reached now. The caller holds qp.sq_mutex. A reference to the QP's
+// own, which stays until the next call: a copy would count it up and down again, two
+// locked instructions on every request's path.
+const std::shared_ptr<wire::Link>& link_for(Qp& qp, const SendWork& w) {
+  static const std::shared_ptr<wire::Link> unreachable;
   Gid dgid;
   std::memcpy(dgid.data(), destination_gid(qp, w), 16);
-  if (!GidTable::is_ipv4_mapped(dgid)) return nullptr;
+  if (!GidTable::is_ipv4_mapped(dgid)) return unreachable;
   const uint32_t ipv4_be = GidTable::ipv4_of(dgid);
   const uint16_t port = wire::port_of_qpn(destination_qpn(qp, w));
   Qp::LastLink& last = qp.last_link;
@@ -163,8 +166,8 @@ void complete_answered_front(Qp& qp, Clock::time_point now) {
 
 Outcome transmit(Qp& qp, SendWork& w, const iovec* payload, int count, uint64_t length) {
   const auto now = Clock::now();
-  std::shared_ptr<wire::Link> link = link_for(qp, w);
-  if (!link) return not_sent(qp, w, now);
+  const std::shared_ptr<wire::Link>* link = &link_for(qp, w);
+  if (!*link) return not_sent(qp, w, now);
   if (!w.has_psn) {
     w.psn = qp.next_psn++;
     w.has_psn = true;
@@ -182,21 +185,21 @@ Outcome transmit(Qp& qp, SendWork& w, const iovec* payload, int count, uint64_t 
   }
   const bool may_borrow = payload_may_be_borrowed(w);
   const int payload_count = wire::carries_payload(header.opcode) ? count : 0;
-  w.link = link;
+  w.link = *link;
   w.answered = false;
   // In the in-flight list before it is sent: the answer may arrive at once.
   qp.inflight.push_back(std::move(w));
-  auto sent = link->send(header, payload, payload_count, may_borrow);
+  auto sent = (*link)->send(header, payload, payload_count, may_borrow);
   // The connection broke under this send: the process of the peer's user that held it may
   // have ended while another serves the port. An unreliable message goes out again on a
   // new connection rather than being lost (a reliable one is retried in any case); again
   // while each new one is reset at once (resend_on_a_new_connection says why).
   while (sent == wire::Link::Sent::kFailed && unreliable(qp) &&
          qp.inflight.back().resends < kMostResendsAfterABreak &&
-         (link = link_for(qp, qp.inflight.back()))) {
-    qp.inflight.back().link = link;
+         *(link = &link_for(qp, qp.inflight.back()))) {
+    qp.inflight.back().link = *link;
     ++qp.inflight.back().resends;
-    sent = link->send(header, payload, payload_count, may_borrow);
+    sent = (*link)->send(header, payload, payload_count, may_borrow);
   }
   if (sent == wire::Link::Sent::kFailed) {
     SendWork back = std::move(qp.inflight.back());
