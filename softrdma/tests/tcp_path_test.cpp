@@ -31,6 +31,7 @@
 #include "verbs_fixture.hpp"
 #include "wire/arrivals.hpp"
 #include "wire/datagram_acks.hpp"
+#include "wire/held_acks.hpp"
 #include "wire/protocol.hpp"
 
 namespace softrdma_test {
@@ -1228,6 +1229,47 @@ TEST_F(TcpPathTest, ALocalRegionSentFromToAnotherHostIsReadAsItIsNow) {
   ASSERT_EQ(payloads.size(), 2u) << "a SEND from a deregistered region left the host";
   EXPECT_EQ(payloads[0], std::string(8, 'o'));
   EXPECT_EQ(payloads[1], std::string(8, 'm')) << "the SEND after ibv_rereg_mr read the old pages";
+}
+
+// A bare ACK whose requester takes acknowledgements carried in requests is held back
+// (wire/held_acks.hpp) for a request of the executing QP to carry it. An application that
+// polls and never sends one back (its polls look at held ACKs on one call in kLookEvery) must
+// still see it go out, once it falls due: no earlier, and not much later.
+TEST_F(TcpPathTest, AnAcknowledgementHeldBackGoesOutWhenDueWhileTheApplicationPolls) {
+  ASSERT_NO_FATAL_FAILURE(ConnectPair());
+  Buffer received = NewBuffer(64, kRemoteAccess, 0);
+  ASSERT_EQ(post_recv(p_.b, 1, {received.sge()}), 0);
+  const int s = connect_to(own_port());
+  ASSERT_GE(s, 0);
+  wire::Request h = valid_request(p_.b->qp_num);  // request 0 of p_.a's stream
+  h.opcode = IBV_WR_SEND;
+  h.src_qpn = p_.a->qp_num;
+  h.flags = wire::kTakesCarriedAcks;
+  const std::vector<char> payload(8, 'h');
+  const auto sent_at = Clock::now();
+  ASSERT_EQ(send(s, &h, sizeof h, 0), static_cast<ssize_t>(sizeof h));
+  ASSERT_EQ(send(s, payload.data(), payload.size(), 0), 8);
+
+  bool received_it = false;
+  wire::Response r{};
+  ssize_t got = 0;
+  for (const auto until = sent_at + kTimeout; got != sizeof r && Clock::now() < until;) {
+    ibv_wc wc{};
+    if (ibv_poll_cq(p_.cq_b, 1, &wc) == 1) {
+      EXPECT_TRUE(completed(wc, 1));
+      EXPECT_EQ(wc.opcode, IBV_WC_RECV);
+      received_it = true;
+    }
+    got = recv(s, &r, sizeof r, MSG_DONTWAIT | MSG_PEEK);
+  }
+  const auto answered_after = Clock::now() - sent_at;
+  EXPECT_TRUE(received_it);
+  ASSERT_EQ(got, static_cast<ssize_t>(sizeof r)) << "no answer while the application polled";
+  EXPECT_EQ(r.reply, wire::Reply::kDone);
+  EXPECT_EQ(r.psn, h.psn);
+  EXPECT_GE(answered_after, wire::HeldAcks::kHold) << "the ACK was not held back";
+  EXPECT_TRUE(received.all('h', 0, 8));
+  close(s);
 }
 
 // On a NIC, ibv_poll_cq and ibv_post_send never enter the kernel, so a thread with a

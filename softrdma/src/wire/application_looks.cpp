@@ -6,7 +6,7 @@
 namespace softrdma::wire {
 
 Arrivals look_at_sockets() {
-  send_deferred_answers();
+  send_deferred_answers(looking_now());
   const Arrivals arrived = arrivals();
   if (arrived.responses) Link::take_arrived_responses();
   return arrived;

@@ -52,6 +52,11 @@ static_assert((kLookEvery & (kLookEvery - 1)) == 0, "counted by masking");
 /// without a locked instruction; a count lost to a race between two threads does not matter.
 inline std::atomic<uint64_t> looks_by_applications{0};
 
+/// This call of the thread is one that looks at the sockets (arrivals() reads them).
+inline bool looking_now() {
+  return (t_calls & (kLookEvery - 1)) == 0;
+}
+
 /// What to read of the process's sockets now (one look): every socket in a process with few
 /// (the reads tell what arrived), those epoll finds readable in one with more.
 Arrivals arrivals_now(size_t watched);

@@ -235,8 +235,9 @@ class ResponderLoop {
   }
 
   // Caller holds serving_. Drops the held acknowledgements that were carried and sends those
-  // that fell due (`all`: every one). Runs on every poll while acknowledgements are held, so
-  // it looks at them only if a request carried one since its last look, or one fell due.
+  // that fell due (`all`: every one). Runs on every look of an application's calls while
+  // acknowledgements are held, so it looks at them only if a request carried one since its
+  // last look, or one fell due.
   void release_held(bool all) {
     const auto now = Clock::now();
     const uint64_t carried = acks_carried.load(std::memory_order_acquire);
@@ -257,9 +258,10 @@ class ResponderLoop {
     held_before_.clear();
   }
 
-  // Caller holds serving_. Polls look at this count before taking the lock.
+  // Caller holds serving_. Polls look at these counts before taking the lock.
   void count_waiting_answers() {
-    deferred_answers.store(deferred_.size() + holding_.size(), std::memory_order_relaxed);
+    deferred_answers.store(deferred_.size(), std::memory_order_relaxed);
+    connections_holding_acks.store(holding_.size(), std::memory_order_relaxed);
   }
 
   struct Entry {
@@ -515,7 +517,7 @@ void send_deferred_answers_now() {
 }
 
 void send_deferred_answers_before_leaving() {
-  // Not judged by deferred_answers: the serving thread completes a request before it lists
+  // Not judged by the counts: the serving thread completes a request before it lists
   // the answer it holds back, and the application, woken by that completion, may be leaving
   // already. Waiting for the thread's lock waits for the listing.
   if (ResponderLoop* loop = own_loop()) loop->send_deferred_answers(true);

@@ -28,10 +28,19 @@ bool serve_arrived_requests(const Arrivals& arrived);
 /// stands by, answers go out at the next poll, not before the poll that completed their
 /// requests returns; the serving thread sends them at the latest as its nap ends).
 inline std::atomic<size_t> deferred_answers{0};
+/// Connections that hold acknowledgements back (wire/held_acks.hpp). Applications' calls look
+/// at them only on the calls that look at the sockets (one in kLookEvery): in a ping-pong one
+/// is held nearly all the time, and looking on every call (a lock, the clock) made each poll
+/// that finds nothing three times longer. One that was carried is dropped then, one that fell
+/// due (after up to 25 µs) goes out then, and the serving thread sends them as its naps end.
+inline std::atomic<size_t> connections_holding_acks{0};
 void send_deferred_answers_now();
-/// send_deferred_answers_now(), if an application deferred any.
-inline void send_deferred_answers() {
-  if (deferred_answers.load(std::memory_order_relaxed) != 0) send_deferred_answers_now();
+/// send_deferred_answers_now(), if an application deferred answers, or on a call that looks
+/// at the sockets (`looking`) while acknowledgements are held.
+inline void send_deferred_answers(bool looking) {
+  if (deferred_answers.load(std::memory_order_relaxed) != 0 ||
+      (looking && connections_holding_acks.load(std::memory_order_relaxed) != 0))
+    send_deferred_answers_now();
 }
 /// Sends every deferred answer, waiting for the serving thread if it is at it: before a QP
 /// goes away or the process exits, the requests it received must be acknowledged (on a NIC
