@@ -578,6 +578,17 @@ void close_with_reset(int c) {
   close(c);
 }
 
+// A fake host's answer `reply` to request `h`.
+wire::Response answer_to(const wire::Request& h, wire::Reply reply) {
+  wire::Response r{};
+  r.magic = wire::kMagic;
+  r.kind = wire::Kind::kResponse;
+  r.reply = reply;
+  r.src_qpn = h.src_qpn;
+  r.psn = h.psn;
+  return r;
+}
+
 // Reads one request from `c` (its header into `*read`, if given), counts it in `seen` if it
 // is of `type`, and answers it "done" after `delay` (never, when it is negative). False when
 // no whole request came.
@@ -592,12 +603,7 @@ bool answer_request(int c, Millis delay, ibv_qp_type type, std::atomic<int>& see
   if (read) *read = h;
   if (delay < Millis{0}) return true;
   std::this_thread::sleep_for(delay);
-  wire::Response r{};
-  r.magic = wire::kMagic;
-  r.kind = wire::Kind::kResponse;
-  r.reply = wire::Reply::kDone;
-  r.src_qpn = h.src_qpn;
-  r.psn = h.psn;
+  const wire::Response r = answer_to(h, wire::Reply::kDone);
   send(c, &r, sizeof r, MSG_NOSIGNAL);
   return true;
 }
@@ -1138,13 +1144,8 @@ TEST_P(InlineSendRetried, AfterAnRnrCarriesTheBytesPosted) {
       payloads.push_back(payload);
       for (const auto until = Clock::now() + kTimeout; !reused && Clock::now() < until;)
         std::this_thread::sleep_for(Millis{1});
-      wire::Response r{};
-      r.magic = wire::kMagic;
-      r.kind = wire::Kind::kResponse;
-      r.reply = attempt == 0 ? wire::Reply::kRnr : wire::Reply::kDone;
+      wire::Response r = answer_to(h, attempt == 0 ? wire::Reply::kRnr : wire::Reply::kDone);
       r.rnr_timer = 1;  // 10 us
-      r.src_qpn = h.src_qpn;
-      r.psn = h.psn;
       send(c, &r, sizeof r, MSG_NOSIGNAL);
     }
     close(c);
@@ -1193,12 +1194,7 @@ TEST_F(TcpPathTest, ALocalRegionSentFromToAnotherHostIsReadAsItIsNow) {
         std::lock_guard lock(mutex);
         payloads.push_back(payload);
       }
-      wire::Response r{};
-      r.magic = wire::kMagic;
-      r.kind = wire::Kind::kResponse;
-      r.reply = wire::Reply::kDone;
-      r.src_qpn = h.src_qpn;
-      r.psn = h.psn;
+      const wire::Response r = answer_to(h, wire::Reply::kDone);
       send(c, &r, sizeof r, MSG_NOSIGNAL);
     }
     close(c);
