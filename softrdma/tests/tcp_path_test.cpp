@@ -1325,9 +1325,6 @@ TEST_F(TcpPathTest, VerbsCallsThatReadSocketsAreNoCancellationPoints) {
   close(s);
 }
 
-// A batch of READs whose answers exceed what the responder lets pile up (8 MiB) arrives in
-// one piece: the requests held back behind the limit run once the answers drain, though
-// nothing more arrives on the socket, and every answer comes back in order with its data.
 // The sequence of a QP's requests is the QP's, not a connection's: when a connection is
 // lost with answers still in it, the requests resent on a new one run once. A duplicate is
 // answered again (a READ reads again, an atomic gives its first original value), an early
@@ -1737,6 +1734,9 @@ TEST_F(TcpPathTest, SequenceStartsAgainAfterTheQpIsReset) {
   close(s);
 }
 
+// A batch of READs whose answers exceed what the responder lets pile up (8 MiB) arrives in
+// one piece: the requests held back behind the limit run once the answers drain, though
+// nothing more arrives on the socket, and every answer comes back in order with its data.
 TEST_F(TcpPathTest, ReadsBeyondTheOutputLimitAreAllAnsweredInOrder) {
   constexpr size_t kReadSize = size_t{512} << 10;
   constexpr uint32_t kReads = 48;  // 24 MiB of answers: more than the socket buffers hold
