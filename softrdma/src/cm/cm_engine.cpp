@@ -669,8 +669,7 @@ void release_sockets() {
   if (e.checking) return;  // the CM thread looks again within kHandBackAfter
   e.checking = true;
   e.sleeps_until = e.released_at + kHandBackAfter;
-  const uint64_t one = 1;
-  [[maybe_unused]] ssize_t n = write(e.wake_fd, &one, sizeof one);
+  wire::notify_eventfd(e.wake_fd);
 }
 
 std::mutex& cm_mutex() {
@@ -715,8 +714,7 @@ void after(CmId* id, std::chrono::milliseconds delay, std::function<void(CmId*)>
   e.timers_of.emplace(id, e.timers.emplace(due, Timer{id, std::move(fn)}));
   if (due >= e.sleeps_until) return;
   e.sleeps_until = due;
-  const uint64_t one = 1;  // the thread recomputes how long it may sleep
-  [[maybe_unused]] ssize_t n = write(e.wake_fd, &one, sizeof one);
+  wire::notify_eventfd(e.wake_fd);  // the thread recomputes how long it may sleep
 }
 
 void disconnected(CmId* id) {

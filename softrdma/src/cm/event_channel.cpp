@@ -11,6 +11,7 @@
 #include "cm/cm_objects.hpp"
 #include "cm/serving_wait.hpp"
 #include "common/export.hpp"
+#include "wire/socket_io.hpp"
 
 namespace softrdma::cm {
 namespace {
@@ -108,8 +109,7 @@ void enqueue(CmId* id, Event* e) {
       ++ch->unsignalled;
       return;  // nobody to wake: the thread that waits for it posted it
     }
-    const uint64_t one = 1;
-    [[maybe_unused]] ssize_t n = write(ch->channel.fd, &one, sizeof one);
+    wire::notify_eventfd(ch->channel.fd);
   }
   ch->arrived.notify_all();
 }

@@ -1,8 +1,8 @@
 #include "engine/completion_queue.hpp"
 
-#include <unistd.h>
-
 #include <vector>
+
+#include "wire/socket_io.hpp"
 
 namespace softrdma {
 
@@ -38,9 +38,7 @@ bool cq_relay(CqShared* cq, uint32_t capacity, CqSlot* into) {
 void signal_eventfd(PeerArena& owner, int owner_fd) {
   if (owner_fd < 0) return;
   int fd = owner.import_fd(owner_fd);
-  if (fd < 0) return;
-  const uint64_t one = 1;
-  [[maybe_unused]] ssize_t n = write(fd, &one, sizeof one);
+  if (fd >= 0) wire::notify_eventfd(fd);
 }
 
 void async_push(PeerArena& owner, uint64_t context_offset, ibv_event_type type, uint64_t handle) {
