@@ -4,11 +4,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "engine/registry.hpp"
 #include "gtest/gtest.h"
@@ -50,8 +54,8 @@ class RegistryTest : public ::testing::Test {
     return child;
   }
   // An unnamed pin: one taken while every named place was held by other processes.
-  static void PinUnnamedAndDie(uint32_t key) {
-    EntryPins& pins = Registry::instance().mr_pins(key);
+  static void PinUnnamedAndDie(const MrSlot& slot) {
+    EntryPins& pins = Registry::instance().mr_pins(slot);
     ActAndDie([&pins] { pins.unnamed.fetch_add(1); });
     ASSERT_EQ(pins.unnamed.load(), 1u);
   }
@@ -65,14 +69,15 @@ class RegistryTest : public ::testing::Test {
 TEST_F(RegistryTest, AKeySlotThatAKilledAccessorLeftAnUnnamedPinInIsNeverClaimedAgain) {
   Registry& registry = Registry::instance();
   const uint32_t stale = NewKey();
-  const uint32_t poisoned = Registry::mr_index(stale);
+  const MrSlot& poisoned = *registry.mr_slot(stale);
   registry.release_mr(stale);
-  ASSERT_NO_FATAL_FAILURE(PinUnnamedAndDie(stale));  // pinned the stale key: the count stays up
+  ASSERT_NO_FATAL_FAILURE(PinUnnamedAndDie(poisoned));  // pinned the stale key: it stays up
 
-  // Claims go round the whole table (each key released again), passing over that slot.
-  for (uint32_t i = 0; i < Registry::kMrCapacity; ++i) {
+  // Claims land all over the table (each key released again), passing over that slot: every
+  // slot is some key's home about four times in these.
+  for (uint32_t i = 0; i < 4 * Registry::kMrCapacity; ++i) {
     const uint32_t key = NewKey();
-    ASSERT_NE(Registry::mr_index(key), poisoned) << "claimed after " << i << " others";
+    ASSERT_NE(registry.mr_slot(key), &poisoned) << "claimed after " << i << " others";
     registry.release_mr(key);
   }
 
@@ -166,18 +171,21 @@ TEST_F(RegistryTest, RetiringAKeyWaitsForTheAnnouncementsItsMarkStandsFor) {
 TEST_F(RegistryTest, DeregisteringAKeyAKilledAccessorHeldUnnamedWaitsOnlyForItsBound) {
   Registry& registry = Registry::instance();
   const uint32_t key = NewKey();
-  ASSERT_NO_FATAL_FAILURE(PinUnnamedAndDie(key));
+  const MrSlot& slot = *registry.mr_slot(key);
+  ASSERT_NO_FATAL_FAILURE(PinUnnamedAndDie(slot));
   const auto start = std::chrono::steady_clock::now();
   registry.release_mr(key);  // cannot tell a dead accessor from a slow one: waits, bounded
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
-  EXPECT_EQ(registry.mr_slot(key)->key.load(), 0u) << "the key is retired all the same";
+  EXPECT_EQ(slot.key.load(), 0u) << "the key is retired all the same";
+  EXPECT_EQ(registry.mr_slot(key), nullptr);
 }
 
 TEST_F(RegistryTest, DeregisteringAKeyAKilledAccessorPinnedDoesNotWaitForIt) {
   using namespace std::chrono;
   Registry& registry = Registry::instance();
   const uint32_t key = NewKey();
-  EntryPins& pins = registry.mr_pins(key);
+  const MrSlot& slot = *registry.mr_slot(key);
+  EntryPins& pins = registry.mr_pins(slot);
   const pid_t dead = ActAndDie([&pins] {
     pins.pin();
     pins.pin();
@@ -186,17 +194,59 @@ TEST_F(RegistryTest, DeregisteringAKeyAKilledAccessorPinnedDoesNotWaitForIt) {
   const auto start = steady_clock::now();
   registry.release_mr(key);
   EXPECT_LT(steady_clock::now() - start, milliseconds(500)) << "the dead pinner was waited for";
-  EXPECT_EQ(registry.mr_slot(key)->key.load(), 0u);
+  EXPECT_EQ(slot.key.load(), 0u);
   EXPECT_EQ(pins.named[0].load(), 0u) << "its place is free again";
 
-  // And the slot is not passed over: a round of claims over the whole table comes back to it.
+  // And the slot is not passed over: claims land on it again (in 16 times as many claims as
+  // slots, all miss it only with probability e^-16).
   bool claimed_again = false;
-  for (uint32_t i = 0; i < Registry::kMrCapacity && !claimed_again; ++i) {
+  for (uint32_t i = 0; i < 16 * Registry::kMrCapacity && !claimed_again; ++i) {
     const uint32_t next = NewKey();
-    claimed_again = Registry::mr_index(next) == Registry::mr_index(key);
+    claimed_again = registry.mr_slot(next) == &slot;
     registry.release_mr(next);
   }
   EXPECT_TRUE(claimed_again);
+}
+
+// Keys a peer could try: every bit of 10 000 live keys varies, as many bits as a key has
+// vary in the name of each, and no key follows from the one before (what ReDMArk shows a
+// counter or a slot index in the key allows).
+TEST_F(RegistryTest, KeysCarryAtLeast24RandomBitsAndNoSequence) {
+  Registry& registry = Registry::instance();
+  constexpr int kKeys = 10000;
+  std::vector<uint32_t> keys;
+  for (int i = 0; i < kKeys; ++i) keys.push_back(NewKey());
+  uint32_t ones = 0, zeros = 0;
+  for (const uint32_t k : keys) {
+    ones |= k;
+    zeros |= ~k;
+  }
+  EXPECT_EQ(ones & zeros, 0xffffffffu) << "bits that never change: " << std::hex << ~(ones & zeros);
+  // Every bit of the name is set in about half the keys (within 5 standard deviations).
+  for (int bit = Registry::kKeyVariantBits; bit < 32; ++bit) {
+    const auto set =
+        std::count_if(keys.begin(), keys.end(), [bit](uint32_t k) { return (k >> bit) & 1; });
+    EXPECT_NEAR(static_cast<double>(set), kKeys / 2.0, 5 * std::sqrt(kKeys / 4.0)) << "bit " << bit;
+  }
+  // Distinct names, and the difference of two keys in a row is as random as a key: no step
+  // repeats more than chance allows (any repeat at all is 10000^2 / 2^33 ~ 1% likely).
+  std::set<uint32_t> names, steps;
+  for (int i = 0; i < kKeys; ++i) {
+    names.insert(keys[i] >> Registry::kKeyVariantBits);
+    if (i) steps.insert(keys[i] - keys[i - 1]);
+  }
+  EXPECT_EQ(names.size(), size_t{kKeys});
+  EXPECT_GE(steps.size(), size_t{kKeys - 3});
+  // The slot a key lands in is not in the key: keys of neighbouring slots share no bits.
+  std::vector<std::pair<uint32_t, uint32_t>> by_slot;
+  for (const uint32_t k : keys)
+    by_slot.push_back({registry.mr_slot_index(*registry.mr_slot(k)), k});
+  std::sort(by_slot.begin(), by_slot.end());
+  int same_top_byte = 0;
+  for (size_t i = 1; i < by_slot.size(); ++i)
+    same_top_byte += (by_slot[i].second >> 24) == (by_slot[i - 1].second >> 24);
+  EXPECT_LT(same_top_byte, kKeys / 64) << "neighbouring slots' keys look alike";
+  for (const uint32_t k : keys) registry.release_mr(k);
 }
 
 TEST(EntryPinsTest, APinIsHeldUnderItsProcessUntilDropped) {

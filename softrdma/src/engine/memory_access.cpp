@@ -53,11 +53,11 @@ MrSlot* pin_key(uint32_t key, bool pin) {
   MrSlot* s = registry.mr_slot(key);
   if (!s || s->key.load(std::memory_order_acquire) != key) return nullptr;
   if (!pin) return s;
-  return pin_published(*s, registry.mr_pins(key), key) ? s : nullptr;
+  return pin_published(*s, registry.mr_pins(*s), key) ? s : nullptr;
 }
 
-void unpin_key(uint32_t key) {
-  Registry::instance().mr_pins(key).unpin();
+void unpin_slot(const MrSlot& s) {
+  Registry::instance().mr_pins(s).unpin();
 }
 
 }  // namespace
@@ -74,21 +74,21 @@ bool PinnedRanges::add(uint32_t key, uint64_t addr, uint64_t length, const Proce
     const bool allowed = pin_ && remote_qpn != 0 && region_key != 0 &&
                          admits(*s, addr, length, owner, pd_id, access) &&
                          (s->kind != KeyKind::kWindowType2 || s->bound_qpn == remote_qpn);
-    if (pin_) unpin_key(key);
+    if (pin_) unpin_slot(*s);
     if (!allowed) return false;
     key = region_key;
     if (!(s = pin_key(key, pin_))) return false;
     access = 0;  // the window's rights were checked; the region's do not apply
   }
   if (s->kind != KeyKind::kRegion || !admits(*s, addr, length, owner, pd_id, access)) {
-    if (pin_) unpin_key(key);
+    if (pin_) unpin_slot(*s);
     return false;
   }
-  pins_[count_] = &Registry::instance().mr_pins(key);
+  pins_[count_] = &Registry::instance().mr_pins(*s);
   iov_[count_] = iovec{reinterpret_cast<void*>(s->host_addr + (addr - s->iova)), length};
   char* here = map_region(*s, owner, addr, length);
   if (!here && owner == self_process()) {  // a hole in an on-demand region of our own
-    if (pin_) unpin_key(key);
+    if (pin_) unpin_slot(*s);
     return false;
   }
   mapped_[count_] = iovec{here, length};

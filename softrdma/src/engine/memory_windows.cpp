@@ -20,11 +20,11 @@ bool is_window(const MrSlot& s) {
   return s.kind == KeyKind::kWindowType1 || s.kind == KeyKind::kWindowType2;
 }
 
-// Keys of one window share its slot and outer byte; the low byte is whatever the last bind
-// made it, which the application's ibv_mw may not show (a type 2 bind's key is the work
+// Keys of one window share its name (the upper 24 bits); the low byte is whatever the last
+// bind made it, which the application's ibv_mw may not show (a type 2 bind's key is the work
 // request's, as on other devices).
 bool same_window(uint32_t a, uint32_t b) {
-  return a != 0 && a >> Registry::kMrIndexShift == b >> Registry::kMrIndexShift;
+  return Registry::same_key_name(a, b);
 }
 
 // This process's window that `key` names, whatever its low byte; its key now in `current`.
@@ -41,7 +41,7 @@ template <typename Change>
 void rebind(MrSlot& w, uint32_t old_key, uint32_t new_key, Change change) {
   Registry& registry = Registry::instance();
   w.key.store(0, std::memory_order_seq_cst);
-  registry.wait_until_unused(old_key);
+  registry.wait_until_unused(w, old_key);
   if (MrSlot* region = w.parent_key ? registry.mr_slot(w.parent_key) : nullptr)
     region->windows.fetch_sub(1, std::memory_order_relaxed);
   change(w);

@@ -37,7 +37,7 @@ class RegionCache {
   /// path then decides. Inline: the common hit is on every same-host operation's path.
   [[gnu::always_inline]] bool reach(const TargetQp& target, uint32_t key, uint64_t addr,
                                     uint64_t length, uint32_t access, Reach& out) {
-    Entry& e = entries_[Registry::mr_index(key) & (kEntries - 1)];
+    Entry& e = entries_[(key >> Registry::kKeyVariantBits) & (kEntries - 1)];
     if (e.key != key || e.target_generation != target.generation) {
       if (!fill(e, target, key)) return false;
     }

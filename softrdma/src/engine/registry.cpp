@@ -1,6 +1,7 @@
 #include "engine/registry.hpp"
 
 #include "common/asymmetric_fence.hpp"
+#include "common/secure_random.hpp"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -11,7 +12,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <random>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -23,8 +23,10 @@ struct Registry::Header {
   uint32_t layout_version;
   uint32_t pad;
   std::atomic<uint32_t> next_qp;
-  std::atomic<uint32_t> next_mr;
   std::atomic<uint32_t> qp_high_water;  // no QP slot at or past it was ever claimed
+  // Keys the hash of a key's name to its home slot (key_home); set once, by whichever process
+  // maps the file first.
+  std::atomic<uint64_t> key_secret;
 };
 
 namespace {
@@ -34,8 +36,9 @@ constexpr uint64_t kMagic = 0x38764d4452544653ull;  // "SFTRDMv8"
 // of each in one registry would trust each other's marks wrongly. 13: a region's pins are
 // held under their processes' pids (EntryPins), where 12 kept one bare count, and so are a
 // QP's, in a table of their own. 14: receive queues hold a power of two of slots, found by a
-// mask (13 divided by any capacity).
-constexpr uint32_t kLayoutVersion = 15;
+// mask (13 divided by any capacity). 16: keys are 32 random bits, found from a keyed hash
+// of their name (15 held the slot index in their middle bits).
+constexpr uint32_t kLayoutVersion = 16;
 constexpr size_t kHeaderBytes = 4096;
 constexpr size_t kQpBytes = sizeof(QpSlot) * Registry::kQpCapacity;
 constexpr size_t kMrBytes = sizeof(MrSlot) * Registry::kMrCapacity;
@@ -120,12 +123,13 @@ uint32_t claim_qpn_range(const std::string& registry) {
   return range;
 }
 
-// A key for MR slot `index`: random outer bytes (the top one never 0, so no key is 0).
-uint32_t random_key(uint32_t index) {
-  static thread_local std::minstd_rand rng{std::random_device{}()};
-  const uint32_t bits = static_cast<uint32_t>(rng());
-  const uint32_t top = 1 + (bits >> 8) % 255;
-  return top << 24 | index << Registry::kMrIndexShift | (bits & 0xff);
+// A new key: 32 bits from the CSPRNG, its name (all but the variant byte) never 0, so no key
+// is 0.
+uint32_t random_key() {
+  for (;;) {
+    const uint32_t key = secure_random_u32();
+    if (key >> Registry::kKeyVariantBits) return key;
+  }
 }
 
 bool owner_dead(pid_t pid, uint64_t start_time) {
@@ -147,7 +151,8 @@ void set_slot_owner(Slot& s, const ProcessId& owner) {
   std::atomic_ref(s.start_time).store(owner.start_time, std::memory_order_relaxed);
 }
 
-// Claims the first slot from `hint` on that is free or whose owner died. The claim's
+// Claims the first of `count` slots from `start` on (round the table of `capacity`) that is
+// free or whose owner died. The claim's
 // compare-and-swap covers the slot's claim count (slot_word), so a reclaimer that judged the
 // owner dead on a word another process has claimed since fails and looks further.
 // Whether an owner lives is asked of /proc once per run of slots of one owner (a process's
@@ -156,7 +161,7 @@ void set_slot_owner(Slot& s, const ProcessId& owner) {
 // would otherwise be claimable.
 template <typename Slot, typename Reusable = bool (*)(uint32_t)>
 Slot* claim_slot(
-    Slot* slots, uint32_t capacity, std::atomic<uint32_t>& hint, uint32_t& index,
+    Slot* slots, uint32_t capacity, uint32_t start, uint32_t count, uint32_t& index,
     Reusable reusable = [](uint32_t) { return true; }) {
   static thread_local ProcessId known_dead{};
   ProcessId asked = self_process();
@@ -170,8 +175,7 @@ Slot* claim_slot(
     }
     return asked_dead;
   };
-  const uint32_t start = hint.load(std::memory_order_relaxed);
-  for (uint32_t i = 0; i < capacity; ++i) {
+  for (uint32_t i = 0; i < count; ++i) {
     const uint32_t idx = (start + i) % capacity;
     Slot& s = slots[idx];
     uint32_t word = s.state.load(std::memory_order_acquire);
@@ -179,12 +183,22 @@ Slot* claim_slot(
     const bool claimable = state == SlotState::kFree || (state == SlotState::kLive && dead(s));
     if (claimable && reusable(idx) &&
         s.state.compare_exchange_strong(word, slot_word::claimed_from(word))) {
-      hint.store(idx + 1, std::memory_order_relaxed);
       index = idx;
       return &s;
     }
   }
   return nullptr;
+}
+
+// claim_slot over the whole table from a rotating `hint`.
+template <typename Slot, typename Reusable = bool (*)(uint32_t)>
+Slot* claim_slot_from_hint(
+    Slot* slots, uint32_t capacity, std::atomic<uint32_t>& hint, uint32_t& index,
+    Reusable reusable = [](uint32_t) { return true; }) {
+  Slot* s =
+      claim_slot(slots, capacity, hint.load(std::memory_order_relaxed), capacity, index, reusable);
+  if (s) hint.store(index + 1, std::memory_order_relaxed);
+  return s;
 }
 
 }  // namespace
@@ -232,14 +246,20 @@ Registry::Registry(void* base, uint32_t qpn_range)
   if (header_->magic.load() != kMagic)
     throw std::system_error(EPROTO, std::generic_category(), "registry layout mismatch");
   header_->layout_version = kLayoutVersion;
+  uint64_t secret = 0;
+  while (secret == 0) secret = secure_random_u64();
+  uint64_t unset = 0;
+  header_->key_secret.compare_exchange_strong(unset, secret);
+  key_secret_ = header_->key_secret.load();
 }
 
 uint32_t Registry::claim_qpn(uint64_t qp_offset, int arena_fd) {
   uint32_t index = 0;
   // As for keys (claim_key_slot): a slot whose pins never drained is left alone. Zeroing
   // them instead would let a late drop of a peer's hold on the old QP wrap its count round.
-  QpSlot* s = claim_slot(qps_, kQpCapacity, header_->next_qp, index,
-                         [this](uint32_t i) { return qp_pins_[i].drained_but_for_the_dead(); });
+  QpSlot* s = claim_slot_from_hint(qps_, kQpCapacity, header_->next_qp, index, [this](uint32_t i) {
+    return qp_pins_[i].drained_but_for_the_dead();
+  });
   if (!s) return 0;
   set_slot_owner(*s, self_process());
   s->netns = self_netns();
@@ -318,55 +338,100 @@ void Registry::release_qpn(uint32_t qpn) {
   slot_word::set(s->state, SlotState::kFree, std::memory_order_release);
 }
 
-MrSlot* Registry::claim_key_slot(KeyKind kind, uint32_t pd_id, uint32_t& key) {
-  uint32_t index = 0;
-  // A slot whose pins never drained is left alone: an unnamed pin of a process killed while
-  // it held it stays for good, and a region registered there would make its ibv_dereg_mr
-  // wait out the bound of wait_until_drained. (A pin of a stale key, which drops at once,
-  // only moves a claim on to the next slot.)
-  MrSlot* s = claim_slot(mrs_, kMrCapacity, header_->next_mr, index,
-                         [this](uint32_t i) { return mr_pins_[i].drained_but_for_the_dead(); });
-  if (!s) return nullptr;
-  set_slot_owner(*s, self_process());
-  s->kind = kind;
-  s->pd_id = pd_id;
-  s->parent_key = 0;
-  s->bound_qpn = 0;
-  s->windows.store(0, std::memory_order_relaxed);
-  s->reached_directly.store(0, std::memory_order_relaxed);
-  key = random_key(index);
-  return s;
+namespace {
+// New keys drawn before a claim gives up: only a table nearly full around every key drawn
+// (each names kKeyProbe slots of its own) fails them all.
+constexpr int kKeyDraws = 64;
+}  // namespace
+
+uint32_t Registry::key_home(uint32_t key) const {
+  // A 64-bit mix (splitmix64's finaliser) of the name and the secret: the home says nothing
+  // of the key to whoever does not know the secret.
+  uint64_t x = (uint64_t{key >> kKeyVariantBits} ^ key_secret_) * 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 31;
+  x *= 0x94d049bb133111ebull;
+  x ^= x >> 29;
+  return static_cast<uint32_t>(x) & (kMrCapacity - 1);
 }
 
-void Registry::publish_key(MrSlot& s, uint32_t key) {
-  s.key.store(key, std::memory_order_relaxed);
+MrSlot* Registry::named_slot(uint32_t key, const MrSlot* not_this) const {
+  const uint32_t home = key_home(key);
+  for (uint32_t i = 0; i < kKeyProbe; ++i) {
+    MrSlot& s = mrs_[(home + i) & (kMrCapacity - 1)];
+    if (&s != not_this && same_key_name(s.key.load(std::memory_order_acquire), key)) return &s;
+  }
+  return nullptr;
+}
+
+MrSlot* Registry::claim_key_slot(KeyKind kind, uint32_t pd_id, uint32_t& key) {
+  for (int draw = 0; draw < kKeyDraws; ++draw) {
+    key = random_key();
+    if (named_slot(key, nullptr)) continue;  // a live key of that name: draw another
+    uint32_t index = 0;
+    // A slot whose pins never drained is left alone: an unnamed pin of a process killed
+    // while it held it stays for good, and a region registered there would make its
+    // ibv_dereg_mr wait out the bound of wait_until_drained. (A pin of a stale key, which
+    // drops at once, only moves a claim on to the next slot.)
+    MrSlot* s = claim_slot(mrs_, kMrCapacity, key_home(key), kKeyProbe, index,
+                           [this](uint32_t i) { return mr_pins_[i].drained_but_for_the_dead(); });
+    if (!s) continue;
+    set_slot_owner(*s, self_process());
+    s->kind = kind;
+    s->pd_id = pd_id;
+    s->parent_key = 0;
+    s->bound_qpn = 0;
+    s->windows.store(0, std::memory_order_relaxed);
+    s->reached_directly.store(0, std::memory_order_relaxed);
+    return s;
+  }
+  return nullptr;
+}
+
+bool Registry::publish_key(MrSlot& s, uint32_t key) {
+  s.key.store(key, std::memory_order_seq_cst);
   slot_word::set(s.state, SlotState::kLive, std::memory_order_release);
+  // Two claimers that drew keys of one name at once both passed the look for it; of the two
+  // slots, the one a lookup reaches first keeps it (each sees the other once both published).
+  const MrSlot* other = named_slot(key, &s);
+  const uint32_t home = key_home(key);
+  const auto distance = [&](const MrSlot& slot) {
+    return (mr_slot_index(slot) - home) & (kMrCapacity - 1);
+  };
+  if (!other || distance(*other) > distance(s)) return true;
+  s.key.store(0, std::memory_order_seq_cst);
+  wait_until_unused(s, key);  // a peer may have guessed the key meanwhile
+  slot_word::set(s.state, SlotState::kFree, std::memory_order_release);
+  return false;
 }
 
 uint32_t Registry::claim_mr(uint32_t pd_id, uint32_t access, uint64_t iova, uint64_t length,
                             uint64_t host_addr, const SharedPages* pages) {
-  uint32_t key = 0;
-  MrSlot* s = claim_key_slot(KeyKind::kRegion, pd_id, key);
-  if (!s) return 0;
-  describe_region(*s, pd_id, access, iova, length, host_addr, pages);
-  publish_key(*s, key);
-  return key;
+  for (int draw = 0; draw < kKeyDraws; ++draw) {
+    uint32_t key = 0;
+    MrSlot* s = claim_key_slot(KeyKind::kRegion, pd_id, key);
+    if (!s) return 0;
+    describe_region(*s, pd_id, access, iova, length, host_addr, pages);
+    if (publish_key(*s, key)) return key;
+  }
+  return 0;
 }
 
 uint32_t Registry::claim_window(uint32_t pd_id, KeyKind kind) {
-  uint32_t key = 0;
-  MrSlot* s = claim_key_slot(kind, pd_id, key);
-  if (!s) return 0;
-  describe_region(*s, pd_id, 0, 0, 0, 0, nullptr);
-  publish_key(*s, key);
-  return key;
+  for (int draw = 0; draw < kKeyDraws; ++draw) {
+    uint32_t key = 0;
+    MrSlot* s = claim_key_slot(kind, pd_id, key);
+    if (!s) return 0;
+    describe_region(*s, pd_id, 0, 0, 0, 0, nullptr);
+    if (publish_key(*s, key)) return key;
+  }
+  return 0;
 }
 
 void Registry::release_mr(uint32_t key) {
   MrSlot* s = mr_slot(key);
   if (!s || s->key.load() != key) return;
   s->key.store(0, std::memory_order_seq_cst);
-  wait_until_unused(key);
+  wait_until_unused(*s, key);
   slot_word::set(s->state, SlotState::kFree, std::memory_order_release);
 }
 
@@ -377,23 +442,21 @@ bool Registry::update_mr(uint32_t key, uint32_t pd_id, uint32_t access, uint64_t
   // Unpublished while it changes: an access meanwhile fails its key check, never sees a
   // mix of old and new attributes.
   s->key.store(0, std::memory_order_seq_cst);
-  wait_until_unused(key);
+  wait_until_unused(*s, key);
   describe_region(*s, pd_id, access, iova, length, host_addr, pages);
   s->key.store(key, std::memory_order_release);
   return true;
 }
 
-void Registry::wait_until_unused(uint32_t key) {
-  wait_until_drained(mr_pins(key));
+void Registry::wait_until_unused(MrSlot& slot, uint32_t key) {
+  wait_until_drained(mr_pins(slot));
   // The caller unpublished the key first: a requester that marks the slot later sees that.
-  if (const MrSlot* s = mr_slot(key))
-    wait_for_direct_accessors(s->reached_directly.load(std::memory_order_seq_cst), 0xffffffffu,
-                              key);
+  wait_for_direct_accessors(slot.reached_directly.load(std::memory_order_seq_cst), 0xffffffffu,
+                            key);
 }
 
 MrSlot* Registry::mr_slot(uint32_t key) {
-  if (key == 0) return nullptr;
-  return &mrs_[mr_index(key)];
+  return key == 0 ? nullptr : named_slot(key, nullptr);
 }
 
 bool Registry::attach_mcast(const uint8_t gid[16], uint32_t qpn) {
@@ -402,7 +465,7 @@ bool Registry::attach_mcast(const uint8_t gid[16], uint32_t qpn) {
   if (attached) return true;
   std::atomic<uint32_t> hint{0};
   uint32_t index = 0;
-  McastSlot* m = claim_slot(mcasts_, kMcastCapacity, hint, index);
+  McastSlot* m = claim_slot_from_hint(mcasts_, kMcastCapacity, hint, index);
   if (!m) return false;
   m->qpn = qpn;
   set_slot_owner(*m, self_process());

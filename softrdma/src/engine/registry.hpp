@@ -128,10 +128,18 @@ class Registry {
   static constexpr uint32_t kQpnRanges = ((1u << 24) - kFirstQpn) / kQpCapacity;
   static constexpr uint32_t kAtomicStripes = 4096;
   static constexpr uint32_t kMcastCapacity = 4096;  // attachments, all groups together
-  // Key = random 8 bits, the slot index, random low 8 bits: keys are not guessable, and the
-  // low byte is the "key" part that ibv_inc_rkey changes when a window is bound again.
-  static constexpr uint32_t kMrIndexShift = 8;
-  static_assert(kMrCapacity == 1u << 16 && kMrIndexShift + 16 < 32);
+  // A key is 32 bits from the kernel's CSPRNG. Its upper 24 bits name its slot: a hash keyed
+  // with the registry's secret gives the slot they start looking from (the key says nothing
+  // of the slot's index), and the key lies at most kKeyProbe slots further. The low byte is
+  // the "key" part that ibv_inc_rkey changes when a window is bound again.
+  static constexpr uint32_t kKeyVariantBits = 8;
+  static constexpr uint32_t kKeyProbe = 64;
+  static_assert(32 - kKeyVariantBits >= 24, "at least 24 random bits name a key");
+  static_assert((kMrCapacity & (kMrCapacity - 1)) == 0 && kKeyProbe < kMrCapacity);
+  /// Keys `a` and `b` name the same slot (they differ at most in the variant byte).
+  static bool same_key_name(uint32_t a, uint32_t b) {
+    return a != 0 && (a >> kKeyVariantBits) == (b >> kKeyVariantBits);
+  }
   static_assert(kFirstQpn + kQpnRanges * kQpCapacity <= (1u << 24), "QP numbers are 24 bits");
 
   /// Maps (creating if needed) the registry of this user. Throws std::system_error.
@@ -195,13 +203,16 @@ class Registry {
                  uint64_t host_addr, const SharedPages* pages);
   /// A memory window of `pd_id` owned by this process, unbound; its key, or 0 when full.
   uint32_t claim_window(uint32_t pd_id, KeyKind kind);
-  /// The slot of `key`, or nullptr when the key is malformed. The caller checks liveness.
+  /// The slot whose published key names the same slot as `key` (same_key_name), or nullptr
+  /// when none does (a key never issued, retired, or unpublished while it changes). The
+  /// caller compares the whole key.
   MrSlot* mr_slot(uint32_t key);
-  /// The accessors inside the slot `key` names (key not 0).
-  EntryPins& mr_pins(uint32_t key) { return mr_pins_[mr_index(key)]; }
-  static uint32_t mr_index(uint32_t key) { return (key >> kMrIndexShift) & (kMrCapacity - 1); }
-  /// Waits (bounded) until no accessor that pinned or announced `key` is inside any more.
-  void wait_until_unused(uint32_t key);
+  /// The accessors inside `slot` (one of mr_slot's).
+  EntryPins& mr_pins(const MrSlot& slot) { return mr_pins_[mr_slot_index(slot)]; }
+  uint32_t mr_slot_index(const MrSlot& slot) const { return static_cast<uint32_t>(&slot - mrs_); }
+  /// Waits (bounded) until no accessor that pinned `slot` or announced `key` (its key before
+  /// it was unpublished) is inside any more.
+  void wait_until_unused(MrSlot& slot, uint32_t key);
 
   /// Attaches QP `qpn` of this process to group `gid`: true if attached (or already),
   /// false when the table is full.
@@ -230,11 +241,18 @@ class Registry {
   Registry(void* base, uint32_t qpn_range);
   // An MR slot claimed for this process with its key chosen; published by publish_key.
   MrSlot* claim_key_slot(KeyKind kind, uint32_t pd_id, uint32_t& key);
-  static void publish_key(MrSlot& s, uint32_t key);
+  // Publishes `key` in `s`; false (and `s` freed) when another slot took a key of the same
+  // name at the same time and keeps it: the claimer picks another key.
+  bool publish_key(MrSlot& s, uint32_t key);
+  // Where the slots that a key of this name may be in start (keyed with the secret).
+  uint32_t key_home(uint32_t key) const;
+  // The live slot nearest `key`'s home that holds a key of the same name, other than `not`.
+  MrSlot* named_slot(uint32_t key, const MrSlot* not_this) const;
   // Waits (bounded) until no DirectAccess word that `mark` (a slot's reached_directly) may
   // stand for, masked, equals `value`.
   void wait_for_direct_accessors(uint32_t mark, uint64_t mask, uint64_t value);
   Header* header_;
+  uint64_t key_secret_ = 0;  // header_->key_secret
   uint32_t qpn_range_;
   uint32_t first_qpn_;
   QpSlot* qps_;
