@@ -1717,20 +1717,76 @@ TEST_F(TcpPathTest, APostingApplicationTakesTheAnswersItselfAndTheReaderStandsBy
   }
 }
 
-// After RESET the sequence starts again from the first request.
-TEST_F(TcpPathTest, SequenceStartsAgainAfterTheQpIsReset) {
-  ASSERT_NO_FATAL_FAILURE(ConnectPair());
+// The responder expects the rq_psn that RTR gave, not whatever comes first; after RESET and
+// RTR again, the new rq_psn, and the old sequence is over.
+TEST_F(TcpPathTest, RequestsAreTakenFromTheRqPsnOfRtrOnAndAfterAResetFromTheNewOne) {
+  PairOptions options;
+  options.a.psn = options.b.psn = 0x7ffff0;  // the middle of the 24-bit space
+  ASSERT_NO_FATAL_FAILURE(ConnectPair(options));
   Buffer target = NewBuffer(64, kRemoteAccess, 0);
   const int s = connect_to(own_port());
   ASSERT_GE(s, 0);
-  EXPECT_EQ(write_over_tcp(s, target, 0, 'a', 7).reply, wire::Reply::kDone);
+  EXPECT_EQ(write_over_tcp(s, target, 0, 'z', 0).reply, wire::Reply::kNoAnswer)
+      << "PSN 0 lies far behind 0x7ffff0: a duplicate of nothing executed here";
+  EXPECT_EQ(write_over_tcp(s, target, 0, 'z', 0x7ffff1).reply, wire::Reply::kOutOfSequence);
+  EXPECT_TRUE(target.all(0, 0, 64)) << "a request out of sequence was carried out";
+  EXPECT_EQ(write_over_tcp(s, target, 0, 'a', 0x7ffff0).reply, wire::Reply::kDone);
   ibv_qp_attr reset{};
   reset.qp_state = IBV_QPS_RESET;
   ASSERT_EQ(ibv_modify_qp(p_.b, &reset, IBV_QP_STATE), 0);
   ASSERT_EQ(rc_to_init(p_.b, kRemoteAccess), 0);
-  ASSERT_EQ(rc_to_rtr(p_.b, p_.a->qp_num, gid0(), RcParams{}), 0);
-  EXPECT_EQ(write_over_tcp(s, target, 8, 'b', 0).reply, wire::Reply::kDone);
-  EXPECT_TRUE(target.all('b', 8, 8)) << "the first request after RESET was not taken";
+  options.b.psn = 0xfffffe;
+  ASSERT_EQ(rc_to_rtr(p_.b, p_.a->qp_num, gid0(), options.b), 0);
+  EXPECT_EQ(write_over_tcp(s, target, 8, 'x', 0xfffff0).reply, wire::Reply::kNoAnswer)
+      << "behind the new rq_psn, and nothing executed since the reset";
+  EXPECT_EQ(write_over_tcp(s, target, 8, 'x', 0x7ffff1).reply, wire::Reply::kOutOfSequence)
+      << "the sequence before the reset lies ahead of the new one";
+  EXPECT_EQ(write_over_tcp(s, target, 8, 'b', 0xfffffe).reply, wire::Reply::kDone);
+  EXPECT_EQ(write_over_tcp(s, target, 16, 'c', 0xffffff).reply, wire::Reply::kDone);
+  EXPECT_EQ(write_over_tcp(s, target, 24, 'd', 0).reply, wire::Reply::kDone) << "wraps at 2^24";
+  EXPECT_TRUE(target.all('a', 0, 8) && target.all('b', 8, 8) && target.all('c', 16, 8) &&
+              target.all('d', 24, 8));
+  close(s);
+}
+
+// A duplicate is answered as on a NIC: a WRITE acknowledged and not carried out again, a READ
+// read again only if it asks what the one of that PSN asked, an atomic's first answer given
+// again; one behind everything executed gets no answer.
+TEST_F(TcpPathTest, DuplicatesAreAnsweredAgainOnlyForWhatWasExecuted) {
+  PairOptions options;
+  options.a.psn = options.b.psn = 1000;
+  ASSERT_NO_FATAL_FAILURE(ConnectPair(options));
+  Buffer target = NewBuffer(64, kRemoteAccess, 0);
+  const int s = connect_to(own_port());
+  ASSERT_GE(s, 0);
+  ASSERT_EQ(write_over_tcp(s, target, 0, 'a', 1000).reply, wire::Reply::kDone);
+  std::vector<char> read;
+  ASSERT_EQ(request_over_tcp(s, IBV_WR_RDMA_READ, target, 0, 1001, 0, 8, &read).reply,
+            wire::Reply::kDone);
+  ASSERT_EQ(request_over_tcp(s, IBV_WR_ATOMIC_FETCH_AND_ADD, target, 16, 1002).reply,
+            wire::Reply::kDone);
+  std::memset(target.data(), 'q', 8);  // what a WRITE run again would overwrite
+
+  EXPECT_EQ(write_over_tcp(s, target, 0, 'b', 1000).reply, wire::Reply::kDone);
+  EXPECT_TRUE(target.all('q', 0, 8)) << "a duplicate WRITE was carried out again";
+  std::vector<char> again;
+  EXPECT_EQ(request_over_tcp(s, IBV_WR_RDMA_READ, target, 0, 1001, 0, 8, &again).reply,
+            wire::Reply::kDone);
+  EXPECT_EQ(std::string(again.begin(), again.end()), std::string(8, 'q')) << "reads again";
+  EXPECT_EQ(request_over_tcp(s, IBV_WR_RDMA_READ, target, 8, 1001, 0, 8, &again).reply,
+            wire::Reply::kNoAnswer)
+      << "a READ of that PSN that asks for something else is no duplicate";
+  std::vector<char> original;
+  EXPECT_EQ(
+      request_over_tcp(s, IBV_WR_ATOMIC_FETCH_AND_ADD, target, 16, 1002, 0, 8, &original).reply,
+      wire::Reply::kDone);
+  uint64_t value = ~uint64_t{0};
+  ASSERT_EQ(original.size(), sizeof value);
+  std::memcpy(&value, original.data(), sizeof value);
+  EXPECT_EQ(value, 0u) << "the first answer again";
+  EXPECT_EQ(write_over_tcp(s, target, 0, 'c', 999).reply, wire::Reply::kNoAnswer)
+      << "nothing was executed before the rq_psn";
+  EXPECT_TRUE(target.all('q', 0, 8));
   close(s);
 }
 

@@ -18,7 +18,9 @@
 #include "common/background_thread.hpp"
 #include "common/current_pid.hpp"
 #include "common/log.hpp"
+#include "common/secure_random.hpp"
 #include "common/self_connect.hpp"
+#include "engine/psn.hpp"
 #include "wire/socket_io.hpp"
 
 namespace softrdma::cm {
@@ -320,7 +322,7 @@ void on_request(Engine& e, int fd, Watch& w, const CmMsg& m) {
   w.conns[m.conn] = child;
   child->listener = listener;
   child->peer = m;
-  child->local_psn = static_cast<uint32_t>(random()) & 0xffffff;
+  child->local_psn = secure_random_u32() & psn::kMask;  // as librdmacm: a random start
   child->retry_count = m.retry_count;
   child->rnr_retry_count = m.rnr_retry_count;
   child->state = IdState::kRequested;

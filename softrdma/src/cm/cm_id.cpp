@@ -16,6 +16,8 @@
 #include "cm/route_lookup.hpp"
 #include "cm/sync_wait.hpp"
 #include "common/export.hpp"
+#include "common/secure_random.hpp"
+#include "engine/psn.hpp"
 
 namespace softrdma::cm {
 namespace {
@@ -111,7 +113,7 @@ int create_id(rdma_event_channel* channel, rdma_cm_id** out, void* context, rdma
   id->id.context = context;
   id->id.ps = ps;
   id->id.qp_type = ps == RDMA_PS_UDP ? IBV_QPT_UD : IBV_QPT_RC;
-  id->local_psn = static_cast<uint32_t>(random()) & 0xffffff;
+  id->local_psn = secure_random_u32() & psn::kMask;  // as librdmacm: a random start
   *out = &id->id;
   return 0;
 }

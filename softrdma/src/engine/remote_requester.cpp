@@ -8,6 +8,7 @@
 #include "common/unlocked_count.hpp"
 #include "engine/local_payload.hpp"
 #include "engine/progress.hpp"
+#include "engine/psn.hpp"
 #include "engine/qp_types.hpp"
 #include "engine/registry.hpp"
 #include "engine/send_completion.hpp"
@@ -169,7 +170,8 @@ Outcome transmit(Qp& qp, SendWork& w, const iovec* payload, int count, uint64_t 
   const std::shared_ptr<wire::Link>* link = &link_for(qp, w);
   if (!*link) return not_sent(qp, w, now);
   if (!w.has_psn) {
-    w.psn = qp.next_psn++;
+    w.psn = qp.next_psn;
+    qp.next_psn = psn::next(qp.next_psn);
     w.has_psn = true;
   }
   if (w.give_up == Clock::time_point{}) {
@@ -212,7 +214,7 @@ Outcome transmit(Qp& qp, SendWork& w, const iovec* payload, int count, uint64_t 
   // payloads would come later than the peer's own ACK, and its requests would time out.
   // Under the send-queue lock, and peer_psn_end only grows: a store keeps the largest.
   if (sent == wire::Link::Sent::kHeaderNow && header.qp_type == IBV_QPT_RC &&
-      header.acked_psn_end != 0) {
+      psn::end_known(header.acked_psn_end)) {
     qp.shared->acked_psn_sent.store(header.acked_psn_end, std::memory_order_release);
     add_unlocked(wire::acks_carried, 1, std::memory_order_release);
   }
@@ -262,13 +264,12 @@ namespace {
 // front those it covers. Requests whose answer carries data (READ, atomics) wait for that
 // answer, and what follows them waits behind them. Caller holds the send-queue lock.
 void acknowledged_below(Qp& qp, uint32_t psn_end) {
-  if (!qp.implied_acks_known || static_cast<int32_t>(psn_end - qp.implied_acked_end) > 0) {
+  if (!qp.implied_acks_known || psn::distance(psn_end, qp.implied_acked_end) > 0) {
     qp.implied_acked_end = psn_end;
     qp.implied_acks_known = true;
   }
   bool completed = false;
-  while (!qp.inflight.empty() &&
-         static_cast<int32_t>(qp.inflight.front().psn - qp.implied_acked_end) < 0 &&
+  while (!qp.inflight.empty() && psn::distance(qp.inflight.front().psn, qp.implied_acked_end) < 0 &&
          qp.inflight.front().opcode != IBV_WR_RDMA_READ && !is_atomic(qp.inflight.front().opcode)) {
     complete(qp, qp.inflight.front(), IBV_WC_SUCCESS);
     qp.inflight.pop_front();
@@ -416,8 +417,8 @@ void answer_received(Qp* qp, Link& link, const Response& r, std::span<const char
         acknowledged_below(*qp, r.psn);  // what was acknowledged behind a READ or atomic
       }
       break;
-    // An RNR or a sequence NAK is an answer: as on a NIC, the retransmission starts the
-    // ACK timer afresh (only kNoAnswer uses up the retry budget), so a receiver that is
+    // An RNR is an answer: as on a NIC, the retransmission starts the ACK timer afresh (only
+    // kNoAnswer and repeated sequence NAKs use up the retry budget), so a receiver that is
     // slow to post receives costs RNR retries, never a transport retry error.
     case Reply::kRnr:
       failed = rnr_exhausted(*qp, w, r.rnr_timer, now);
@@ -428,10 +429,17 @@ void answer_received(Qp* qp, Link& link, const Response& r, std::span<const char
       failed = retries_exhausted(*qp, w, now);
       if (!failed) go_back(*qp, std::move(w));
       break;
+    // The first sequence NAK of a request sends it again at once (its connection broke and
+    // an earlier one is on its way again). NAKs that go on say the requester's sequence is not
+    // the responder's (PSNs that do not match), and use up the retry budget, as on a NIC.
     case Reply::kOutOfSequence:
-      w.next_attempt = now;
-      w.give_up = Clock::time_point{};
-      go_back(*qp, std::move(w));
+      if (w.sequence_naks++ == 0) {
+        w.next_attempt = now;
+        w.give_up = Clock::time_point{};
+      } else {
+        failed = retries_exhausted(*qp, w, now);
+      }
+      if (!failed) go_back(*qp, std::move(w));
       break;
   }
   if (failed) {

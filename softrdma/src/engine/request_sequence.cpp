@@ -3,6 +3,7 @@
 // the processes of this host that execute requests for the QP.
 #include <cstring>
 
+#include "engine/psn.hpp"
 #include "engine/qp_types.hpp"
 #include "engine/responder.hpp"
 #include "engine/send_completion.hpp"
@@ -12,26 +13,51 @@ namespace {
 
 using Kind = ResponderReply::Kind;
 
-// PSNs compare by their distance, so the sequence may wrap.
-int32_t distance(uint32_t psn, uint32_t expected) {
-  return static_cast<int32_t>(psn - expected);
+// IB's half of the PSN space behind the expected one: what a duplicate may lie back.
+constexpr uint32_t kMostBehind = 1u << 23;
+
+ResponderReply no_answer() {
+  return {Kind::kNoAnswer, IBV_WC_SUCCESS, 0};
 }
 
-AtomicReplay& replay_slot(QpShared* qp, uint32_t psn) {
-  return qp->atomic_replay[psn % kAtomicReplaySlots];
+ReplayRecord& replay_slot(QpShared* qp, uint32_t psn) {
+  return qp->replay[psn % kReplaySlots];
+}
+
+void forget_replays(QpShared* qp) {
+  for (ReplayRecord& slot : qp->replay) slot.kind = ReplayRecord::kNone;
+}
+
+// Notes a READ or atomic carried out, for its answer to be given again.
+void record(QpShared* qp, uint32_t psn, const InboundRequest& r) {
+  ReplayRecord& slot = replay_slot(qp, psn);
+  slot.psn = psn;
+  slot.rkey = r.rkey;
+  slot.remote_addr = r.remote_addr;
+  slot.length = r.length;
+  if (is_atomic(r.opcode)) {
+    slot.kind = ReplayRecord::kAtomic;
+    std::memcpy(&slot.original, r.local[0].iov_base, sizeof slot.original);
+  } else {
+    slot.kind = ReplayRecord::kRead;
+  }
 }
 
 // The request was executed already; only its answer was lost.
 ResponderReply answer_again(TargetQp& t, uint32_t psn, const InboundRequest& r) {
-  if (r.opcode == IBV_WR_RDMA_READ) return respond(t, r);  // reads again, as a NIC does
-  if (!t.arena->owner_alive() || t.qp->dest_qpn != r.src_qpn)
-    return {Kind::kNoAnswer, IBV_WC_SUCCESS, 0};
+  if (!t.arena->owner_alive()) return no_answer();
+  const ReplayRecord& slot = replay_slot(t.qp, psn);
+  const bool same = slot.psn == psn && slot.rkey == r.rkey && slot.remote_addr == r.remote_addr &&
+                    slot.length == r.length;
+  if (r.opcode == IBV_WR_RDMA_READ) {
+    // Reads again, as a NIC does, what the READ read the first time, if it is still known.
+    return same && slot.kind == ReplayRecord::kRead ? respond(t, r) : no_answer();
+  }
   if (is_atomic(r.opcode)) {
-    const AtomicReplay& slot = replay_slot(t.qp, psn);
-    if (!slot.valid || slot.psn != psn) return {Kind::kDone, IBV_WC_REM_OP_ERR, 0};
+    if (!same || slot.kind != ReplayRecord::kAtomic) return {Kind::kDone, IBV_WC_REM_OP_ERR, 0};
     std::memcpy(r.local[0].iov_base, &slot.original, sizeof slot.original);
   }
-  return {Kind::kDone, IBV_WC_SUCCESS, 0};
+  return {Kind::kDone, IBV_WC_SUCCESS, 0};  // a SEND or WRITE: acknowledged, not run again
 }
 
 }  // namespace
@@ -40,28 +66,35 @@ std::optional<ResponderReply> respond_in_sequence(TargetQp& t, uint32_t psn,
                                                   const InboundRequest& r) {
   QpShared* qp = t.qp;
   ProcessLockGuard guard(qp->responder_lock);
-  if (qp->expected_psn_known) {
-    const int32_t d = distance(psn, qp->expected_psn);
-    if (d > 0) return std::nullopt;
-    if (d < 0) return answer_again(t, psn, r);
-  }
+  if (!qp->expected_psn_known) return no_answer();  // not at RTR yet
+  const int32_t d = psn::distance(psn, qp->expected_psn);
+  if (d > 0) return std::nullopt;
+  // Behind: a duplicate only if this QP carried it out; further back it belongs to no
+  // sequence of ours (a requester that started elsewhere), and is not answered.
+  if (d < 0)
+    return static_cast<uint32_t>(-d) <= qp->executed_behind ? answer_again(t, psn, r) : no_answer();
   const ResponderReply reply = respond(t, r);
-  const bool done = reply.kind == Kind::kDone;
-  if (done && is_atomic(r.opcode) && reply.status == IBV_WC_SUCCESS) {
-    AtomicReplay& slot = replay_slot(qp, psn);
-    slot.psn = psn;
-    slot.valid = 1;
-    std::memcpy(&slot.original, r.local[0].iov_base, sizeof slot.original);
-  }
-  qp->expected_psn = done ? psn + 1 : psn;
-  qp->expected_psn_known = 1;
+  if (reply.kind != Kind::kDone) return reply;
+  if (reply.status == IBV_WC_SUCCESS && (r.opcode == IBV_WR_RDMA_READ || is_atomic(r.opcode)))
+    record(qp, psn, r);
+  qp->expected_psn = psn::next(psn);
+  if (qp->executed_behind < kMostBehind) ++qp->executed_behind;
   return reply;
+}
+
+void start_sequence(QpShared* qp, uint32_t rq_psn) {
+  ProcessLockGuard guard(qp->responder_lock);
+  qp->expected_psn = rq_psn & psn::kMask;
+  qp->executed_behind = 0;
+  qp->expected_psn_known = 1;
+  forget_replays(qp);
 }
 
 void restart_sequence(QpShared* qp) {
   ProcessLockGuard guard(qp->responder_lock);
   qp->expected_psn_known = 0;
-  for (AtomicReplay& slot : qp->atomic_replay) slot.valid = 0;
+  qp->executed_behind = 0;
+  forget_replays(qp);
 }
 
 }  // namespace softrdma

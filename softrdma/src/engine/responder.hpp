@@ -95,14 +95,16 @@ ResponderReply respond(TargetQp& target, const InboundRequest& request);
 
 /// A reliable request from another host, numbered `psn`, taken in order per target QP
 /// whichever connection or process it arrives through: the next one is executed; a
-/// duplicate (resent after its answer was lost with a connection) is answered again without
-/// being carried out twice (a READ reads again, an atomic's original value is replayed);
-/// an early one (an earlier request is missing) gets no reply (nullopt), and the requester
-/// resends from the missing one.
+/// duplicate of one executed here (resent after its answer was lost with a connection) is
+/// answered again without being carried out twice (a READ reads again, an atomic's original
+/// value is replayed), one further behind gets no answer; an early one (an earlier request is
+/// missing) gets a sequence NAK (nullopt), and the requester resends from the missing one.
 std::optional<ResponderReply> respond_in_sequence(TargetQp& target, uint32_t psn,
                                                   const InboundRequest& request);
 
-/// Forgets the next expected PSN: the next request sets it (the QP was reset).
+/// The QP expects `rq_psn` next, and has executed nothing before it (ibv_modify_qp to RTR).
+void start_sequence(QpShared* qp, uint32_t rq_psn);
+/// Forgets the sequence: no request is taken until the QP reaches RTR again (it was reset).
 void restart_sequence(QpShared* qp);
 
 /// Moves a QP (of any process on this host) to ERROR: its posted receives complete with

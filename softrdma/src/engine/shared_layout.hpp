@@ -149,18 +149,25 @@ static_assert(offsetof(RecvQueueShared, head) + sizeof(uint64_t) <=
 inline constexpr uint32_t kXrcSrqEntry = 0x1000;
 static_assert(kXrcSrqEntry > IBV_QPT_DRIVER, "never an ibv_qp_type");
 
-/// An atomic's original value, kept so that the atomic resent after its answer was lost is
-/// answered again instead of being carried out twice.
-struct AtomicReplay {
+/// A READ or an atomic a QP executed for another host, kept so that one resent after its
+/// answer was lost is answered again as the IB spec has it: the READ read again if it asks
+/// for what it asked before, the atomic's original value given again, never carried out twice.
+struct ReplayRecord {
+  enum Kind : uint32_t { kNone = 0, kRead = 1, kAtomic = 2 };
   uint32_t psn;
-  uint32_t valid;
-  uint64_t original;
+  Kind kind;
+  uint32_t rkey;
+  uint32_t pad;
+  uint64_t remote_addr;
+  uint64_t length;    // a READ's
+  uint64_t original;  // an atomic's
 };
 
-/// How many of a QP's latest atomics can be answered again: at least the reads and atomics
-/// a requester may have outstanding (max_qp_rd_atom, see verbs/device_limits.hpp). An atomic
-/// resent from further back fails with a remote operation error; it never runs twice.
-inline constexpr uint32_t kAtomicReplaySlots = 32;
+/// How many of a QP's latest READs and atomics can be answered again, in a slot each by PSN:
+/// at least the reads and atomics a requester may have outstanding (max_qp_rd_atom, see
+/// verbs/device_limits.hpp). One resent from further back is not carried out: a READ gets no
+/// answer, an atomic a remote operation error.
+inline constexpr uint32_t kReplaySlots = 32;
 
 struct QpShared {
   std::atomic<uint32_t> state;  // enum ibv_qp_state
@@ -185,21 +192,23 @@ struct QpShared {
   // XRC_RECV QPs and XRC SRQs: their XRC domain; a request goes only into an SRQ of its
   // target QP's domain.
   uint64_t xrcd_id;
-  // TCP transport, reliable QPs: the PSN of the next request to execute. It is the QP's, not
-  // a connection's, so a request resent on a new connection (which may land in another
-  // process of this host) is taken as the next one, a duplicate or an early one; the first
-  // request after RESET sets it. `responder_lock` makes checking, executing and advancing
-  // it one step for whichever process executes.
+  // TCP transport, reliable QPs: the PSN of the next request to execute, from the rq_psn of
+  // RTR on. It is the QP's, not a connection's, so a request resent on a new connection
+  // (which may land in another process of this host) is taken as the next one, a duplicate or
+  // an early one. Only the `executed_behind` PSNs before it were carried out here: one
+  // further back is no duplicate (the requester's sequence is not ours). `responder_lock`
+  // makes checking, executing and advancing it one step for whichever process executes.
   ProcessLock responder_lock;
   uint32_t expected_psn_known;
   uint32_t expected_psn;
+  uint32_t executed_behind;
   // TCP transport, RC: the largest peer_psn_end the QP's own requests carried so far. A bare
   // ACK the responder holds back (wire/held_acks.hpp) is dropped once this covers it.
   std::atomic<uint32_t> acked_psn_sent;
   // TCP transport, UD: the acknowledgement of the last datagram this QP took, which its own
   // datagrams to that datagram's requester carry (wire/datagram_acks.hpp; 0: none).
   std::atomic<uint64_t> datagram_peer_ack;
-  AtomicReplay atomic_replay[kAtomicReplaySlots];
+  ReplayRecord replay[kReplaySlots];
 };
 
 struct AsyncEntry {

@@ -22,8 +22,8 @@ inline constexpr int kMaxQpWr = 16384;
 inline constexpr int kMaxSge = softrdma::kMaxSge;
 inline constexpr int kMaxCqe = (1 << 22) - 1;  // as a ConnectX: consumers ask for 256 Ki
 inline constexpr int kMaxQpRdAtom = 16;
-static_assert(kMaxQpRdAtom <= static_cast<int>(kAtomicReplaySlots),
-              "a resent atomic within the depth is answered from the replay slots");
+static_assert(kMaxQpRdAtom <= static_cast<int>(kReplaySlots),
+              "a resent READ or atomic within the depth is answered from the replay slots");
 inline constexpr uint32_t kMaxInline = 512;
 inline constexpr int kMaxSrqWr = 16384;
 inline constexpr uint64_t kMaxMrSize = uint64_t{1} << 40;

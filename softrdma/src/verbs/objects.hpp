@@ -161,8 +161,9 @@ struct SendWork {
   // TCP transport: position in the QP's request stream, and the connection it went out on.
   uint32_t psn = 0;
   bool has_psn = false;
-  bool answered = false;  // unreliable QPs: its answer came before an earlier request's
-  uint8_t resends = 0;    // unreliable QPs: sent again because its connection broke
+  bool answered = false;      // unreliable QPs: its answer came before an earlier request's
+  uint8_t resends = 0;        // unreliable QPs: sent again because its connection broke
+  uint8_t sequence_naks = 0;  // reliable QPs: sequence NAKs it was answered with
   std::shared_ptr<wire::Link> link;
 };
 

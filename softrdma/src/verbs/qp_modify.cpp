@@ -6,6 +6,7 @@
 
 #include "common/export.hpp"
 #include "engine/completion_queue.hpp"
+#include "engine/psn.hpp"
 #include "engine/qp_types.hpp"
 #include "engine/recv_queue.hpp"
 #include "engine/requester.hpp"
@@ -149,8 +150,17 @@ void apply(Qp& q, const ibv_qp_attr& a, int mask) {
   if (mask & IBV_QP_ACCESS_FLAGS) s.access_flags.store(m.qp_access_flags = a.qp_access_flags);
   if (mask & IBV_QP_PATH_MTU) m.path_mtu = a.path_mtu;
   if (mask & IBV_QP_DEST_QPN) s.dest_qpn = m.dest_qp_num = a.dest_qp_num;
-  if (mask & IBV_QP_RQ_PSN) m.rq_psn = a.rq_psn;
-  if (mask & IBV_QP_SQ_PSN) m.sq_psn = a.sq_psn;
+  // PSNs are where verbs says they start: the peer's requests are expected from rq_psn, ours
+  // numbered from sq_psn (perftest and RDMA CM choose them at random).
+  if (mask & IBV_QP_RQ_PSN) {
+    m.rq_psn = a.rq_psn & psn::kMask;
+    start_sequence(&s, m.rq_psn);
+  }
+  if (mask & IBV_QP_SQ_PSN) {
+    m.sq_psn = a.sq_psn & psn::kMask;
+    BiasedLock::Guard sq(q.sq_mutex);
+    q.next_psn = m.sq_psn;
+  }
   if (mask & IBV_QP_MAX_DEST_RD_ATOMIC) m.max_dest_rd_atomic = a.max_dest_rd_atomic;
   if (mask & IBV_QP_MAX_QP_RD_ATOMIC) m.max_rd_atomic = a.max_rd_atomic;
   if (mask & IBV_QP_MIN_RNR_TIMER) s.min_rnr_timer = m.min_rnr_timer = a.min_rnr_timer;

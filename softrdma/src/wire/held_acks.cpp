@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "common/unlocked_count.hpp"
+#include "engine/psn.hpp"
 #include "wire/protocol.hpp"
 
 namespace softrdma::wire {
@@ -40,8 +41,7 @@ bool HeldAcks::carried(const Ack& a) {
   // again when its connection breaks, to be taken twice (wire/datagram_acks.hpp).
   if (!a.qp.current() || a.qp.qp->qp_type == IBV_QPT_UD || a.qp.qp->dest_qpn != a.requester_qpn)
     return false;
-  const uint32_t sent = a.qp.qp->acked_psn_sent.load(std::memory_order_acquire);
-  return static_cast<int32_t>(sent - (a.psn + 1)) >= 0;
+  return psn::end_covers(a.qp.qp->acked_psn_sent.load(std::memory_order_acquire), a.psn);
 }
 
 HeldAcks::Outcome HeldAcks::release(char* records, Clock::time_point now, bool all) {

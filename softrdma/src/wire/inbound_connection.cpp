@@ -9,6 +9,7 @@
 
 #include "common/log.hpp"
 #include "common/unlocked_count.hpp"
+#include "engine/psn.hpp"
 #include "engine/qp_types.hpp"
 #include "engine/responder.hpp"
 #include "engine/transmit.hpp"
@@ -22,10 +23,11 @@ namespace {
 
 // The acknowledgement the QP's own requests carry back is cumulative: a duplicate answered
 // again (an older PSN) must not move it back.
-void advance_peer_psn_end(QpShared* qp, uint32_t psn) {
+void advance_peer_psn_end(QpShared* qp, uint32_t executed) {
+  const uint32_t end = psn::end_word(psn::next(executed));
   uint32_t seen = qp->peer_psn_end.load(std::memory_order_acquire);
-  while (static_cast<int32_t>(psn + 1 - seen) > 0 &&
-         !qp->peer_psn_end.compare_exchange_weak(seen, psn + 1, std::memory_order_release,
+  while (!psn::end_covers(seen, executed) &&
+         !qp->peer_psn_end.compare_exchange_weak(seen, end, std::memory_order_release,
                                                  std::memory_order_acquire)) {
   }
 }
@@ -266,7 +268,8 @@ void InboundConnection::execute(const Request& h, const char* payload, size_t bu
   const bool rc = h.qp_type == IBV_QPT_RC;  // carries acknowledgements for its peer's requests
   last_request_both_ways_ = ack_may_ride_back(h);
   // Acknowledgements the peer's QP carries for our QP come first, as on the wire.
-  if (rc && h.acked_psn_end) apply_implied_acks(h.dest_qpn, h.acked_psn_end);
+  if (rc && psn::end_known(h.acked_psn_end))
+    apply_implied_acks(h.dest_qpn, h.acked_psn_end & psn::kMask);
   if (h.flags & kCarriesDatagramAck)
     apply_datagram_ack(h.dest_qpn, h.src_gid, h.src_qpn, h.acked_psn_end);
   iovec local{};

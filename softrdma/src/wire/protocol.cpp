@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 
+#include "engine/psn.hpp"
 #include "engine/qp_types.hpp"
 #include "engine/registry.hpp"
 #include "verbs/device_limits.hpp"
@@ -46,13 +47,18 @@ bool valid(const Request& r) {
   if (r.length > limits::kMaxMsgSize) return false;
   if (r.flags & ~(kSolicited | kHasImm | kTakesCarriedAcks | kCarriesDatagramAck)) return false;
   if (r.xrc_srqn && r.qp_type != IBV_QPT_XRC_SEND) return false;
+  if (r.psn > psn::kMask) return false;
+  if ((r.flags & kCarriesDatagramAck) ? r.acked_psn_end > psn::kMask
+                                      : !psn::valid_end_word(r.acked_psn_end))
+    return false;
   return r.payload_len == (carries_payload(r.opcode) ? r.length : 0);
 }
 
 bool valid(const Response& r) {
   if (r.magic != kMagic || r.kind != Kind::kResponse) return false;
   if (r.reply < Reply::kDone || r.reply > Reply::kOutOfSequence) return false;
-  return r.payload_len <= limits::kMaxMsgSize && r.status <= IBV_WC_GENERAL_ERR;
+  return r.payload_len <= limits::kMaxMsgSize && r.status <= IBV_WC_GENERAL_ERR &&
+         r.psn <= psn::kMask;
 }
 
 }  // namespace softrdma::wire

@@ -33,7 +33,7 @@ struct Request {
   uint8_t flags;    // kSolicited | kHasImm | kTakesCarriedAcks | kCarriesDatagramAck
   uint32_t dest_qpn;
   uint32_t src_qpn;
-  uint32_t psn;  // per requester QP, increasing: the responder executes them in order
+  uint32_t psn;  // 24 bits, per requester QP from its sq_psn on: executed in order
   uint32_t imm_data;
   uint32_t rkey;
   uint32_t qkey;
@@ -44,10 +44,10 @@ struct Request {
   uint64_t payload_len;  // bytes that follow: length for SEND/WRITE, else 0
   uint8_t src_gid[16];
   uint8_t dst_gid[16];
-  // RC: the sender's QP has executed the receiver's requests below this PSN (0: none yet).
-  // On a NIC those ACKs precede this request on the wire; the receiver applies them first.
-  // UD, with kCarriesDatagramAck: the sender's QP took the receiving QP's datagram of this
-  // 24-bit PSN (wire/datagram_acks.hpp).
+  // RC: the sender's QP has executed the receiver's requests below this PSN, as a
+  // psn::end_word (0: none yet). On a NIC those ACKs precede this request on the wire; the
+  // receiver applies them first. UD, with kCarriesDatagramAck: the sender's QP took the
+  // receiving QP's datagram of this 24-bit PSN (wire/datagram_acks.hpp).
   uint32_t acked_psn_end;
   uint32_t xrc_srqn;  // XRC: the SRQ of the target QP's domain that takes the request
 };
