@@ -13,7 +13,7 @@ set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_STRIP_FILES ON)  # the build keeps its debug info; the package does not
 set(CPACK_DEBIAN_PACKAGE_SECTION devel)
 set(CPACK_DEBIAN_PACKAGE_DEPENDS
-    "libc6 (>= 2.36), libstdc++6 (>= 12), libgcc-s1, libibverbs1, librdmacm1, libibverbs-dev, librdmacm-dev")
+    "libc6 (>= 2.36), libstdc++6 (>= 12), libgcc-s1, libssl3, libibverbs1, librdmacm1, libibverbs-dev, librdmacm-dev")
 # rdmakit-plot draws charts with matplotlib.
 set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "python3, python3-matplotlib")
 set(CPACK_DEBIAN_PACKAGE_DESCRIPTION

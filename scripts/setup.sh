@@ -5,7 +5,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build ccache python3 pkg-config git
   libgtest-dev libgmock-dev libbenchmark-dev libasio-dev libcli11-dev nlohmann-json3-dev valgrind
-  libibverbs-dev librdmacm-dev
+  libibverbs-dev librdmacm-dev libssl-dev
   ibverbs-utils rdmacm-utils perftest python3-pyverbs
   ucx-utils libfabric-bin iperf3 iproute2 procps python3-matplotlib openmpi-bin libopenmpi-dev
   "$@"

@@ -37,8 +37,9 @@ Pair run_perf(const std::string& args, const std::string& client_args = "") {
   const std::string port = std::to_string(rdmakit::testing::free_tcp_port());
   rdmakit::testing::Process server(tool("perf " + args + " -p " + port));
   if (!rdmakit::testing::wait_listening(std::stoi(port), 10s)) {
-    ADD_FAILURE() << "the server did not listen";
-    return {server.wait(1s), {}};
+    const Exit e = server.wait(1s);
+    ADD_FAILURE() << "the server did not listen: " << e.describe() << "\n" << e.output;
+    return {e, {}};
   }
   const std::string client = client_args.empty() ? args : client_args;
   Exit done = rdmakit::testing::run(tool("perf " + client + " -p " + port + " 127.0.0.1"), 120s);

@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include "common/softrdma_port.hpp"
 #include "verbs_fixture.hpp"
 #include "wire/protocol.hpp"
 
@@ -154,7 +155,7 @@ TEST_F(McastTest, DatagramsFromOtherHostsAreCheckedAndDelivered) {
   setsockopt(fd, IPPROTO_IP, IP_MULTICAST_IF, &from, sizeof from);
   sockaddr_in to{};
   to.sin_family = AF_INET;
-  to.sin_port = htons(wire::kDefaultPort);
+  to.sin_port = htons(softrdma::kDefaultPort);
   std::memcpy(&to.sin_addr, &group_.raw[12], 4);
   const auto send_datagram = [&](const std::vector<char>& d) {
     return sendto(fd, d.data(), d.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof to) ==

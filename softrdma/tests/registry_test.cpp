@@ -1,6 +1,7 @@
 // The host-wide registry of QPs and memory keys (engine/registry.*), in a registry file of
 // this test's own: what a process that dies inside an access leaves behind.
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -9,11 +10,13 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "engine/range_claims.hpp"
 #include "engine/registry.hpp"
 #include "gtest/gtest.h"
 
@@ -320,6 +323,83 @@ TEST(EntryPinsTest, ThePlacesOfDeadProcessesAreFreed) {
   pins.named[3].store(uint64_t{static_cast<uint32_t>(child)} << 32 | 5);
   EXPECT_TRUE(pins.drained_but_for_the_dead());
   EXPECT_EQ(pins.named[3].load(), 0u);
+}
+
+// The QP number ranges' claims (engine/range_claims.*), in /dev/shm beside every other
+// registry's. Files another user makes there can neither take this user's range nor keep it
+// from getting one: uid 12345 plays that user (no test runs as it); needs root to give files
+// to it.
+class RangeClaimsTest : public ::testing::Test {
+ protected:
+  static constexpr uint32_t kOtherUid = 12345;
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "needs root to make files of another user";
+    registry_ = std::filesystem::temp_directory_path() /
+                ("softrdma-claims-test-" + std::to_string(getpid()));
+    std::ofstream(registry_.string()) << "";  // a claim holds while its registry file is there
+  }
+  void TearDown() override {
+    for (const auto& path : made_) std::filesystem::remove(path);
+    if (claim_.held) std::filesystem::remove(std::string("/dev/shm/") + claim_.name);
+    std::filesystem::remove(registry_);
+  }
+  // A claim file of range `range` under the name of user `named`, owned by `owner`.
+  void Plant(uint32_t range, uint32_t named, uint32_t owner) {
+    char name[128];
+    std::snprintf(name, sizeof name, "/dev/shm/softrdma-range-v2-%u-%u-%016llx", range, named,
+                  static_cast<unsigned long long>(0x5eed000000000000ull + made_.size()));
+    std::ofstream(name) << registry_.string();
+    ASSERT_EQ(chown(name, owner, owner), 0);
+    made_.push_back(name);
+  }
+  std::filesystem::path registry_;
+  std::vector<std::string> made_;
+  RangeClaim claim_{};
+};
+
+TEST_F(RangeClaimsTest, FilesMadeUnderThisUsersNameByAnotherAreNoClaims) {
+  const uint32_t me = geteuid();
+  for (uint32_t k = 0; k < kRangeCandidates; ++k)
+    Plant(candidate_range(me, k, Registry::kQpnRanges), me, kOtherUid);
+  uint32_t range = Registry::kQpnRanges;
+  ASSERT_NO_THROW(range = claim_qpn_range(registry_.string(), claim_, Registry::kQpnRanges));
+  EXPECT_LT(range, Registry::kQpnRanges);
+  EXPECT_NE(
+      std::string(claim_.name).find("-" + std::to_string(range) + "-" + std::to_string(me) + "-"),
+      std::string::npos)
+      << claim_.name;
+  struct stat st {};
+  ASSERT_EQ(stat((std::string("/dev/shm/") + claim_.name).c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, me);
+  EXPECT_EQ(st.st_mode & 0777, 0600u) << "a claim is its owner's alone";
+}
+
+TEST_F(RangeClaimsTest, AnotherUserClaimingEveryRangeKeepsOnlyItsOwnCandidates) {
+  for (uint32_t r = 0; r < Registry::kQpnRanges; ++r) Plant(r, kOtherUid, kOtherUid);
+  uint32_t range = Registry::kQpnRanges;
+  ASSERT_NO_THROW(range = claim_qpn_range(registry_.string(), claim_, Registry::kQpnRanges));
+  for (uint32_t k = 0; k < kRangeCandidates; ++k)
+    EXPECT_NE(range, candidate_range(kOtherUid, k, Registry::kQpnRanges))
+        << "took a range the other user holds";
+  // The same registry keeps its range (a new process finds its claim file); the other
+  // user's files are still there.
+  RangeClaim fresh{};
+  EXPECT_EQ(claim_qpn_range(registry_.string(), fresh, Registry::kQpnRanges), range);
+  EXPECT_STREQ(fresh.name, claim_.name);
+  EXPECT_TRUE(std::filesystem::exists(made_.front()));
+}
+
+TEST_F(RangeClaimsTest, TwoRegistriesOfOneUserClaimingAtOnceGetTwoRanges) {
+  const std::filesystem::path second = registry_.string() + "-second";
+  std::ofstream(second.string()) << "";
+  RangeClaim other{};
+  uint32_t a = 0, b = 0;
+  std::thread t([&] { b = claim_qpn_range(second.string(), other, Registry::kQpnRanges); });
+  a = claim_qpn_range(registry_.string(), claim_, Registry::kQpnRanges);
+  t.join();
+  EXPECT_NE(a, b);
+  std::filesystem::remove(std::string("/dev/shm/") + other.name);
+  std::filesystem::remove(second);
 }
 
 }  // namespace

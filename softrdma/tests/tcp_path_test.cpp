@@ -2,6 +2,7 @@
 // connection down; the process keeps running, a requester's QP goes to ERROR after its
 // retry budget, and memory outside registered regions is never touched.
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -32,6 +33,7 @@
 #include "wire/arrivals.hpp"
 #include "wire/datagram_acks.hpp"
 #include "wire/held_acks.hpp"
+#include "wire/hello.hpp"
 #include "wire/protocol.hpp"
 
 namespace softrdma_test {
@@ -44,7 +46,7 @@ using rdmakit::testing::usage_of_threads;
 // One base port for this test program: softrdma reads SOFTRDMA_PORT once, at first use,
 // and listens on it plus its registry's range of QP numbers, when a QP first connects to
 // another host.
-const int kPort = [] {
+const int kBasePort = [] {
   const int p =
       rdmakit::testing::free_tcp_port_below_ephemeral_range(softrdma::Registry::kQpnRanges);
   setenv("SOFTRDMA_PORT", std::to_string(p).c_str(), 1);
@@ -62,7 +64,7 @@ int thread_count() {
 
 // The port of the listener serving QP `qpn` on this host (see wire::port_of_qpn).
 uint16_t port_of_qpn(uint32_t qpn) {
-  return static_cast<uint16_t>(kPort + softrdma::Registry::qpn_range(qpn));
+  return static_cast<uint16_t>(kBasePort + softrdma::Registry::qpn_range(qpn));
 }
 
 // The range of the fake hosts' QP numbers: the last, which no registry of this host holds
@@ -76,12 +78,79 @@ constexpr uint32_t fake_qpn(uint32_t n) {
   return softrdma::Registry::kFirstQpn + kFakeRange * softrdma::Registry::kQpCapacity + n;
 }
 
-// Connects the socket `s` to 127.0.0.1:`port`; closes it on failure.
-int connect_socket(int s, uint16_t port) {
+// This user's hello as softrdma makes it (wire/hello.hpp), from the library, which exports it
+// for tests (SOFTRDMA_PRIVATE_1).
+wire::Hello hello_from_library(wire::Role role, uint32_t own_ipv4_be, uint32_t peer_ipv4_be) {
+  using Fn = int (*)(int, uint32_t, uint32_t, void*);
+  static const auto fn = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "softrdma_hello"));
+  wire::Hello h{};
+  EXPECT_NE(fn, nullptr) << "softrdma_hello is not exported";
+  if (fn) fn(static_cast<int>(role), own_ipv4_be, peer_ipv4_be, &h);
+  return h;
+}
+
+// The device's counter `name` (engine/device_counters.hpp), from the library.
+uint64_t device_counter(const char* name) {
+  using Fn = int (*)(const char*, uint64_t*);
+  static const auto fn = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "softrdma_counter"));
+  uint64_t value = 0;
+  EXPECT_TRUE(fn && fn(name, &value) == 0) << "no counter " << name;
+  return value;
+}
+
+// The address of softrdma0's GID 0: this host, as the loopback pairs' QPs name each other.
+// Asked once, by TcpPathTest::SetUp (a test may run out of descriptors later).
+uint32_t gid0_ipv4() {
+  static const uint32_t address = [] {
+    uint32_t a = htonl(INADDR_LOOPBACK);
+    int n = 0;
+    ibv_device** list = ibv_get_device_list(&n);
+    ibv_context* ctx = list && n > 0 ? ibv_open_device(list[0]) : nullptr;
+    ibv_gid gid{};
+    if (ctx && ibv_query_gid(ctx, kPort, 0, &gid) == 0) std::memcpy(&a, gid.raw + 12, 4);
+    if (ctx) ibv_close_device(ctx);
+    if (list) ibv_free_device_list(list);
+    return a;
+  }();
+  return address;
+}
+
+// The local address of the connected socket `fd`.
+uint32_t own_address(int fd) {
   sockaddr_in a{};
-  a.sin_family = AF_INET;
+  socklen_t length = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &length);
+  return a.sin_addr.s_addr;
+}
+
+// Sends a link's hello on the connected socket `s`, as this user's link from its address to
+// the same (this host), and takes the listener's.
+bool say_hello(int s) {
+  const uint32_t own = own_address(s);
+  const wire::Hello ours = hello_from_library(wire::Role::kLink, own, own);
+  wire::Hello theirs{};
+  return send(s, &ours, sizeof ours, MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof ours) &&
+         recv(s, &theirs, sizeof theirs, MSG_WAITALL) == static_cast<ssize_t>(sizeof theirs) &&
+         theirs.magic == wire::kHelloMagic;
+}
+
+// Connects the socket `s` (bound already, or bound here to softrdma0's GID 0) to this host's
+// `port` at its own address, as a link of this user from there: with `hello`, its hello sent
+// and the listener's taken. Closes it on failure.
+int connect_socket(int s, uint16_t port, bool hello = true) {
+  sockaddr_in a{};
+  socklen_t length = sizeof a;
+  getsockname(s, reinterpret_cast<sockaddr*>(&a), &length);
+  if (a.sin_port == 0) {
+    a = sockaddr_in{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = gid0_ipv4();
+    if (bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+      close(s);
+      return -1;
+    }
+  }
   a.sin_port = htons(port);
-  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
   if (connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
     close(s);
     return -1;
@@ -92,11 +161,53 @@ int connect_socket(int s, uint16_t port) {
   // for the header's acknowledgement, which the responder delays (tens of milliseconds).
   int one = 1;
   setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (hello && !say_hello(s)) {
+    close(s);
+    return -1;
+  }
   return s;
 }
 
-int connect_to(uint16_t port) {
-  return connect_socket(socket(AF_INET, SOCK_STREAM, 0), port);
+// A link to this host's `port` from softrdma0's GID 0, as the loopback pairs' QPs name this
+// host.
+int connect_to(uint16_t port, bool hello = true) {
+  return connect_socket(socket(AF_INET, SOCK_STREAM, 0), port, hello);
+}
+
+// A link to this host's `port` from the fake host at `ip` (a loopback address: the
+// connection comes from there, as the datagrams it carries claim).
+int connect_from(const char* ip, uint16_t port) {
+  const int s = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  inet_pton(AF_INET, ip, &a.sin_addr);
+  if (bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    close(s);
+    return -1;
+  }
+  return connect_socket(s, port);
+}
+
+// Accepts a link on a fake host's `listener`: takes its hello and answers with the fake
+// host's (a listener of this user there). -1 on failure.
+int accept_link(int listener) {
+  const int c = accept(listener, nullptr, nullptr);
+  if (c < 0) return -1;
+  wire::Hello theirs{};
+  timeval tv{5, 0};
+  setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  sockaddr_in peer{};
+  socklen_t length = sizeof peer;
+  getpeername(c, reinterpret_cast<sockaddr*>(&peer), &length);
+  const wire::Hello ours =
+      hello_from_library(wire::Role::kListener, own_address(c), peer.sin_addr.s_addr);
+  if (recv(c, &theirs, sizeof theirs, MSG_WAITALL) != static_cast<ssize_t>(sizeof theirs) ||
+      theirs.magic != wire::kHelloMagic ||
+      send(c, &ours, sizeof ours, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof ours)) {
+    close(c);
+    return -1;
+  }
+  return c;
 }
 
 // Takes every file descriptor this process may still open (the soft limit lowered to what
@@ -200,6 +311,8 @@ class TcpPathTest : public RcLoopbackTest {
     ASSERT_NE(own, nullptr);
     ASSERT_NE(softrdma::Registry::qpn_range(own->qp_num), kFakeRange)
         << "the fake hosts' QP numbers are this program's own";
+    const uint32_t host = gid0_ipv4();
+    ASSERT_EQ(std::memcmp(&gid0().raw[12], &host, sizeof host), 0);
   }
 
   // A QP in RTR connected to another host makes this process one of the host's softrdma
@@ -489,7 +602,7 @@ TEST_F(TcpPathTest, MalformedResponsesFailTheRequesterAfterItsRetryBudget) {
   std::atomic<int> requests_seen{0};
   FakeHost fake("127.0.0.2", kFakeQpn, [&](int listener, const std::atomic<bool>& stop) {
     while (!stop) {
-      int c = accept(listener, nullptr, nullptr);
+      int c = accept_link(listener);
       if (c < 0) break;
       wire::Request h{};
       if (read_all(c, &h, sizeof h, kTimeout) && h.magic == wire::kMagic &&
@@ -525,7 +638,7 @@ TEST_F(TcpPathTest, APeerThatTakesRequestsButNeverAnswersTimesOut) {
   // without a word: the link stops moving, so the ACK timer is not extended for ever.
   constexpr uint32_t kFakeQpn = fake_qpn(0x43);
   FakeHost silent("127.0.0.3", kFakeQpn, [](int listener, const std::atomic<bool>& stop) {
-    const int c = accept(listener, nullptr, nullptr);
+    const int c = accept_link(listener);
     if (c < 0) return;
     char sink[4096];
     while (!stop) {
@@ -611,7 +724,7 @@ bool answer_request(int c, Millis delay, ibv_qp_type type, std::atomic<int>& see
 // Serves a fake host: takes requests on one connection and answers each (answer_request).
 FakeHost::Serve answering_host(Millis delay, ibv_qp_type type, std::atomic<int>& seen) {
   return [delay, type, &seen](int listener, const std::atomic<bool>& stop) {
-    const int c = accept(listener, nullptr, nullptr);
+    const int c = accept_link(listener);
     if (c < 0) return;
     while (!stop) {
       if (!wait_readable(c, Millis{50})) continue;
@@ -654,7 +767,7 @@ TEST_F(TcpPathTest, ADatagramWhoseConnectionBreaksUnderItsSendGoesOutOnANewOne) 
   std::atomic<int> seen_before{0}, seen_after{0};
   const FakeHost::Serve answer_the_next = answering_host(Millis{0}, IBV_QPT_UD, seen_after);
   FakeHost host("127.0.0.11", kFakeQpn, [&](int listener, const std::atomic<bool>& stop) {
-    const int first = accept(listener, nullptr, nullptr);
+    const int first = accept_link(listener);
     if (first < 0) return;
     answer_request(first, Millis{0}, IBV_QPT_UD, seen_before);
     for (const auto until = Clock::now() + kTimeout;
@@ -728,7 +841,7 @@ TEST_P(DatagramOnABrokenConnection, GoesOutAgainAloneAndCompletesInOrder) {
   FakeHost steady("127.0.0.15", kSteadyQpn, answering_host(Millis{200}, IBV_QPT_UD, steady_seen));
   const FakeHost::Serve answer_the_next = answering_host(Millis{0}, IBV_QPT_UD, seen_after);
   FakeHost breaking("127.0.0.16", kBreakingQpn, [&](int listener, const std::atomic<bool>& stop) {
-    const int first = accept(listener, nullptr, nullptr);
+    const int first = accept_link(listener);
     if (first < 0) return;
     answer_request(first, Millis{-1}, IBV_QPT_UD, seen_before);
     close_with_reset(first);
@@ -777,7 +890,7 @@ TEST_F(TcpPathTest, ADatagramWhoseConnectionsKeepBreakingGoesOutABoundedNumberOf
   std::atomic<int> seen{0};
   FakeHost breaking("127.0.0.17", kFakeQpn, [&](int listener, const std::atomic<bool>& stop) {
     while (!stop) {
-      const int c = accept(listener, nullptr, nullptr);
+      const int c = accept_link(listener);
       if (c < 0) return;
       answer_request(c, Millis{-1}, IBV_QPT_UD, seen);
       close_with_reset(c);
@@ -809,12 +922,12 @@ TEST_F(TcpPathTest, ADatagramGoesOutAgainWhileEachNewConnectionIsResetAtOnce) {
   std::atomic<int> seen_before{0}, seen_after{0};
   const FakeHost::Serve answer_the_next = answering_host(Millis{0}, IBV_QPT_UD, seen_after);
   FakeHost breaking("127.0.0.21", kFakeQpn, [&](int listener, const std::atomic<bool>& stop) {
-    const int first = accept(listener, nullptr, nullptr);
+    const int first = accept_link(listener);
     if (first < 0) return;
     answer_request(first, Millis{-1}, IBV_QPT_UD, seen_before);
     close_with_reset(first);
     for (int i = 0; i < kResetAtOnce; ++i) {
-      const int c = accept(listener, nullptr, nullptr);
+      const int c = accept_link(listener);
       if (c < 0) return;
       close_with_reset(c);
     }
@@ -859,7 +972,7 @@ TEST_F(TcpPathTest, ADatagramCompletesByTheAcknowledgementTheReplyOfItsReceiverC
   const uint32_t own_qpn = qp->qp_num;
   std::atomic<bool> replied{false};
   FakeHost host(kFakeIp, kFakeQpn, [&](int listener, const std::atomic<bool>&) {
-    const int from_us = accept(listener, nullptr, nullptr);
+    const int from_us = accept_link(listener);
     if (from_us < 0) return;
     wire::Request ours{};
     std::vector<char> payload(8);
@@ -869,7 +982,7 @@ TEST_F(TcpPathTest, ADatagramCompletesByTheAcknowledgementTheReplyOfItsReceiverC
       wire::Request reply = datagram_header(kFakeIp, kFakeQpn, own_qpn, 0);
       reply.flags = wire::kCarriesDatagramAck;
       reply.acked_psn_end = ours.psn & wire::k24BitField;
-      const int to_us = connect_to(port_of_qpn(own_qpn));
+      const int to_us = connect_from(kFakeIp, port_of_qpn(own_qpn));
       replied = to_us >= 0 && send_datagram(to_us, reply, 'r');
       wire::Response answer{};
       if (to_us >= 0) read_all(to_us, &answer, sizeof answer, kTimeout);  // the reply's
@@ -906,7 +1019,7 @@ TEST_F(TcpPathTest, ADatagramBackToItsRequesterCarriesTheAcknowledgementOfItsDat
   ASSERT_NO_FATAL_FAILURE(DatagramQpTo(kFakeIp, cq, qp, ah));
   std::vector<wire::Request> received;
   FakeHost host(kFakeIp, kFakeQpn, [&](int listener, const std::atomic<bool>& stop) {
-    const int c = accept(listener, nullptr, nullptr);
+    const int c = accept_link(listener);
     if (c < 0) return;
     std::atomic<int> seen{0};
     for (wire::Request h{}; received.size() < 2 && !stop;) {
@@ -916,7 +1029,7 @@ TEST_F(TcpPathTest, ADatagramBackToItsRequesterCarriesTheAcknowledgementOfItsDat
     close(c);
   });
   ASSERT_EQ(host.error(), "");
-  const int to_us = connect_to(port_of_qpn(qp->qp_num));
+  const int to_us = connect_from(kFakeIp, port_of_qpn(qp->qp_num));
   ASSERT_GE(to_us, 0);
   ASSERT_TRUE(send_datagram(to_us, datagram_header(kFakeIp, kFakeQpn, qp->qp_num, kTheirPsn), 'd'));
   // Taken once its answer comes (not held: the request does not say it takes carried ones).
@@ -1012,7 +1125,7 @@ TEST_F(TcpPathTest, AnAcknowledgementHeldWhileTheApplicationDestroysItsQpStillGo
   ASSERT_TRUE(child.started());
   uint32_t child_qpn = 0;
   ASSERT_TRUE(link.receive(&child_qpn)) << "the child did not get ready";
-  const int s = connect_to(port_of_qpn(child_qpn));
+  const int s = connect_from(kFakeIp, port_of_qpn(child_qpn));
   ASSERT_GE(s, 0);
   wire::Request h = valid_request(child_qpn);
   h.opcode = IBV_WR_SEND;
@@ -1082,7 +1195,7 @@ TEST_F(TcpPathTest, APayloadStillQueuedWhenItsRequestFailsIsSentAsItWasPosted) {
   std::atomic<uint64_t> bytes_as_posted{0};
   std::atomic<uint64_t> bytes_reused{0};
   FakeHost slow("127.0.0.4", kFakeQpn, [&](int listener, const std::atomic<bool>&) {
-    const int c = accept(listener, nullptr, nullptr);
+    const int c = accept_link(listener);
     if (c < 0) return;
     const auto deadline = Clock::now() + Millis{20000};
     while (!read_now && Clock::now() < deadline) std::this_thread::sleep_for(Millis{5});
@@ -1134,7 +1247,7 @@ TEST_P(InlineSendRetried, AfterAnRnrCarriesTheBytesPosted) {
   std::atomic<bool> reused{false};
   std::vector<std::string> payloads;  // the host's, read once it has finished
   FakeHost host(GetParam().host, kFakeQpn, [&](int listener, const std::atomic<bool>& stop) {
-    const int c = accept(listener, nullptr, nullptr);
+    const int c = accept_link(listener);
     if (c < 0) return;
     for (int attempt = 0; attempt < 2 && !stop; ++attempt) {
       wire::Request h{};
@@ -1183,7 +1296,7 @@ TEST_F(TcpPathTest, ALocalRegionSentFromToAnotherHostIsReadAsItIsNow) {
   std::mutex mutex;
   std::vector<std::string> payloads;
   FakeHost host("127.0.0.23", kFakeQpn, [&](int listener, const std::atomic<bool>& stop) {
-    const int c = accept(listener, nullptr, nullptr);
+    const int c = accept_link(listener);
     if (c < 0) return;
     // After the two SENDs it should see, a third is looked for a while: it must not come.
     const auto wait_for = [&] { return payloads.size() < 2 ? kTimeout : Millis{300}; };
@@ -1718,7 +1831,8 @@ TEST_F(TcpPathTest, APostingApplicationTakesTheAnswersItselfAndTheReaderStandsBy
 }
 
 // The responder expects the rq_psn that RTR gave, not whatever comes first; after RESET and
-// RTR again, the new rq_psn, and the old sequence is over.
+// RTR again, the new rq_psn, and the old sequence is over. A link the QP has not pinned yet
+// is told nothing of where the sequence stands (no NAK); the peer's, once pinned, is.
 TEST_F(TcpPathTest, RequestsAreTakenFromTheRqPsnOfRtrOnAndAfterAResetFromTheNewOne) {
   PairOptions options;
   options.a.psn = options.b.psn = 0x7ffff0;  // the middle of the 24-bit space
@@ -1726,26 +1840,30 @@ TEST_F(TcpPathTest, RequestsAreTakenFromTheRqPsnOfRtrOnAndAfterAResetFromTheNewO
   Buffer target = NewBuffer(64, kRemoteAccess, 0);
   const int s = connect_to(own_port());
   ASSERT_GE(s, 0);
-  EXPECT_EQ(write_over_tcp(s, target, 0, 'z', 0).reply, wire::Reply::kNoAnswer)
-      << "PSN 0 lies far behind 0x7ffff0: a duplicate of nothing executed here";
-  EXPECT_EQ(write_over_tcp(s, target, 0, 'z', 0x7ffff1).reply, wire::Reply::kOutOfSequence);
+  EXPECT_EQ(write_over_tcp(s, target, 0, 'z', 0).reply, wire::Reply::kNoAnswer);
+  EXPECT_EQ(write_over_tcp(s, target, 0, 'z', 0x7ffff1).reply, wire::Reply::kNoAnswer)
+      << "a sequence NAK to a link that has not proven itself";
   EXPECT_TRUE(target.all(0, 0, 64)) << "a request out of sequence was carried out";
   EXPECT_EQ(write_over_tcp(s, target, 0, 'a', 0x7ffff0).reply, wire::Reply::kDone);
+  EXPECT_EQ(write_over_tcp(s, target, 8, 'z', 0x7ffff2).reply, wire::Reply::kOutOfSequence)
+      << "the peer's link is told that it is ahead";
+  EXPECT_EQ(write_over_tcp(s, target, 8, 'z', 0).reply, wire::Reply::kNoAnswer)
+      << "PSN 0 lies far behind: a duplicate of nothing executed here";
   ibv_qp_attr reset{};
   reset.qp_state = IBV_QPS_RESET;
   ASSERT_EQ(ibv_modify_qp(p_.b, &reset, IBV_QP_STATE), 0);
   ASSERT_EQ(rc_to_init(p_.b, kRemoteAccess), 0);
   options.b.psn = 0xfffffe;
   ASSERT_EQ(rc_to_rtr(p_.b, p_.a->qp_num, gid0(), options.b), 0);
-  EXPECT_EQ(write_over_tcp(s, target, 8, 'x', 0xfffff0).reply, wire::Reply::kNoAnswer)
-      << "behind the new rq_psn, and nothing executed since the reset";
-  EXPECT_EQ(write_over_tcp(s, target, 8, 'x', 0x7ffff1).reply, wire::Reply::kOutOfSequence)
-      << "the sequence before the reset lies ahead of the new one";
+  EXPECT_EQ(write_over_tcp(s, target, 8, 'x', 0x7ffff1).reply, wire::Reply::kNoAnswer)
+      << "the sequence before the reset goes on";
   EXPECT_EQ(write_over_tcp(s, target, 8, 'b', 0xfffffe).reply, wire::Reply::kDone);
   EXPECT_EQ(write_over_tcp(s, target, 16, 'c', 0xffffff).reply, wire::Reply::kDone);
   EXPECT_EQ(write_over_tcp(s, target, 24, 'd', 0).reply, wire::Reply::kDone) << "wraps at 2^24";
+  EXPECT_EQ(write_over_tcp(s, target, 32, 'x', 0xfffff0).reply, wire::Reply::kNoAnswer)
+      << "behind the new rq_psn";
   EXPECT_TRUE(target.all('a', 0, 8) && target.all('b', 8, 8) && target.all('c', 16, 8) &&
-              target.all('d', 24, 8));
+              target.all('d', 24, 8) && target.all(0, 32, 32));
   close(s);
 }
 
@@ -2070,13 +2188,15 @@ TEST_F(TcpPathTest, OutOfDescriptorsWithNothingToCloseTheListenerRestsWithoutSpi
   {
     DescriptorsExhausted exhausted;
     ASSERT_TRUE(exhausted.ok());
-    s = connect_socket(reserved, port);  // the kernel completes it; accept cannot
+    // The kernel completes it; accept cannot, nor can the listener say hello.
+    s = connect_socket(reserved, port, false);
     ASSERT_GE(s, 0);
     const double before = cpu_seconds();
     std::this_thread::sleep_for(std::chrono::milliseconds(1000));
     // A listener woken at once again would use about 1 s.
     EXPECT_LT(cpu_seconds() - before, 0.2) << "CPU seconds used while out of descriptors";
   }
+  ASSERT_TRUE(say_hello(s));
   EXPECT_EQ(write_over_tcp(s, target, 0, '\x44').reply, wire::Reply::kDone);
   EXPECT_TRUE(target.all(0x44, 0, 8));
   close(s);
@@ -2098,6 +2218,81 @@ TEST_F(TcpPathTest, SilentConnectionsAreClosedAfterTheTimeoutOthersStay) {
   EXPECT_TRUE(target.all(0x22, 8, 8));
   close(silent);
   close(talking);
+}
+
+// A connection that sends well-formed requests, but none its target QP takes as from its
+// peer (here: to a QP that does not exist), has not proven itself: it is closed after the
+// same timeout as a silent one. One request does not make it trusted.
+TEST_F(TcpPathTest, RequestsThatNoQpTakesDoNotMakeAConnectionTrusted) {
+  ASSERT_NO_FATAL_FAILURE(Listen());
+  const int s = connect_to(own_port());
+  ASSERT_GE(s, 0);
+  wire::Request h = valid_request(0xfffff0);  // no such QP
+  const char payload[8] = {};
+  ASSERT_EQ(send(s, &h, sizeof h, 0), static_cast<ssize_t>(sizeof h));
+  ASSERT_EQ(send(s, payload, sizeof payload, 0), static_cast<ssize_t>(sizeof payload));
+  wire::Response r{};
+  ASSERT_TRUE(read_all(s, &r, sizeof r, kTimeout));
+  EXPECT_EQ(r.reply, wire::Reply::kNoAnswer);
+  EXPECT_TRUE(closed_by_peer(s)) << "kept past the timeout for unproven connections";
+  close(s);
+}
+
+// Requests to a connected QP from another host's address, or from its peer's address with
+// another identity than the one its first request pinned, are refused whatever their PSN,
+// and counted; the peer's link goes on.
+TEST_F(TcpPathTest, RequestsFromAnotherHostOrUserThanThePeersAreRefusedAndCounted) {
+  ASSERT_NO_FATAL_FAILURE(ConnectPair());
+  Buffer target = NewBuffer(64, kRemoteAccess, 0);
+  const uint64_t before = device_counter("foreign_requests");
+  // Another host (127.0.0.9 is no address the QP names), with every PSN near the right one.
+  const int elsewhere = connect_from("127.0.0.9", own_port());
+  ASSERT_GE(elsewhere, 0);
+  for (uint32_t psn = 0; psn < 16; ++psn)
+    EXPECT_EQ(write_over_tcp(elsewhere, target, 0, 'x', psn).reply, wire::Reply::kNoAnswer);
+  close(elsewhere);
+  EXPECT_TRUE(target.all(0)) << "a request from another host was carried out";
+  // The peer's first request pins its identity; one of another user from its host is refused.
+  const int peer = connect_to(own_port());
+  ASSERT_GE(peer, 0);
+  ASSERT_EQ(write_over_tcp(peer, target, 0, 'a', 0).reply, wire::Reply::kDone);
+  const int impostor = connect_socket(socket(AF_INET, SOCK_STREAM, 0), own_port(), false);
+  ASSERT_GE(impostor, 0);
+  wire::Hello other = hello_from_library(wire::Role::kLink, gid0_ipv4(), gid0_ipv4());
+  other.identity[0] ^= 1;  // another user's
+  wire::Hello theirs{};
+  ASSERT_EQ(send(impostor, &other, sizeof other, 0), static_cast<ssize_t>(sizeof other));
+  ASSERT_EQ(recv(impostor, &theirs, sizeof theirs, MSG_WAITALL),
+            static_cast<ssize_t>(sizeof theirs));
+  EXPECT_EQ(write_over_tcp(impostor, target, 8, 'x', 1).reply, wire::Reply::kNoAnswer);
+  close(impostor);
+  EXPECT_EQ(write_over_tcp(peer, target, 8, 'b', 1).reply, wire::Reply::kDone);
+  EXPECT_TRUE(target.all('a', 0, 8) && target.all('b', 8, 8) && target.all(0, 16, 48));
+  EXPECT_GE(device_counter("foreign_requests") - before, 17u);
+  close(peer);
+}
+
+// A connection that does not open with a softrdma hello is closed before anything else it
+// sends is read, and counted.
+TEST_F(TcpPathTest, AConnectionWithoutAHelloIsClosedAndCounted) {
+  ASSERT_NO_FATAL_FAILURE(ConnectPair());
+  Buffer target = NewBuffer(64, kRemoteAccess, 0);
+  const uint64_t before = device_counter("bad_hellos");
+  const int s = connect_to(own_port(), false);
+  ASSERT_GE(s, 0);
+  wire::Request h = valid_request(p_.b->qp_num);  // a request where the hello should be
+  h.src_qpn = p_.a->qp_num;
+  h.rkey = target.mr->rkey;
+  h.remote_addr = reinterpret_cast<uint64_t>(target.data());
+  const std::string payload(8, 'x');
+  ASSERT_EQ(send(s, &h, sizeof h, MSG_MORE), static_cast<ssize_t>(sizeof h));
+  ASSERT_EQ(send(s, payload.data(), payload.size(), 0), 8);
+  wire::Hello theirs{};  // the listener's, sent first (it may be lost in the reset)
+  recv(s, &theirs, sizeof theirs, MSG_WAITALL);
+  EXPECT_TRUE(closed_by_peer(s));
+  close(s);
+  EXPECT_TRUE(target.all(0));
+  EXPECT_EQ(device_counter("bad_hellos") - before, 1u);
 }
 
 }  // namespace

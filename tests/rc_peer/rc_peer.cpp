@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 
 namespace rc_peer {
 
@@ -67,7 +68,10 @@ void check_success(const ibv_wc& wc) {
   std::exit(2);
 }
 
-RcPeer::RcPeer(const Options& options) : slots(options.slots), ack_timeout_(options.ack_timeout) {
+RcPeer::RcPeer(const Options& options)
+    : slots(options.slots),
+      ack_timeout_(options.ack_timeout),
+      psn_(std::random_device{}() & 0xffffff) {
   int n = 0;
   ibv_device** list = ibv_get_device_list(&n);
   if (!list || n == 0) die("no RDMA device");
@@ -80,8 +84,7 @@ RcPeer::RcPeer(const Options& options) : slots(options.slots), ack_timeout_(opti
     die("ibv_create_comp_channel");
   cq = ibv_create_cq(ctx, options.send_depth + options.recv_depth, nullptr, channel, 0);
   if (!cq) die("ibv_create_cq");
-  mr = ibv_reg_mr(pd, slots.data(), slots.size() * sizeof(uint64_t),
-                  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  mr = ibv_reg_mr(pd, slots.data(), slots.size() * sizeof(uint64_t), options.access);
   if (!mr) die("ibv_reg_mr");
   ibv_qp_init_attr init{};
   init.send_cq = init.recv_cq = cq;
@@ -94,7 +97,7 @@ RcPeer::RcPeer(const Options& options) : slots(options.slots), ack_timeout_(opti
   ibv_qp_attr attr{};
   attr.qp_state = IBV_QPS_INIT;
   attr.port_num = 1;
-  attr.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+  attr.qp_access_flags = static_cast<unsigned>(options.access);
   if (const int rc = ibv_modify_qp(
           qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
     die("INIT", rc);
@@ -103,7 +106,7 @@ RcPeer::RcPeer(const Options& options) : slots(options.slots), ack_timeout_(opti
 Address RcPeer::address() const {
   Address a{};
   a.qpn = qp->qp_num;
-  a.psn = 0;
+  a.psn = psn_;
   ibv_gid gid{};
   if (ibv_query_gid(ctx, 1, 0, &gid) != 0) die("ibv_query_gid");
   std::memcpy(a.gid, gid.raw, 16);
@@ -118,7 +121,7 @@ void RcPeer::connect_to(const Address& peer) {
   attr.path_mtu = IBV_MTU_1024;
   attr.dest_qp_num = peer.qpn;
   attr.rq_psn = peer.psn;
-  attr.max_dest_rd_atomic = 1;
+  attr.max_dest_rd_atomic = 4;
   attr.min_rnr_timer = 1;
   attr.ah_attr.is_global = 1;
   attr.ah_attr.port_num = 1;
@@ -134,8 +137,8 @@ void RcPeer::connect_to(const Address& peer) {
   attr.timeout = ack_timeout_;
   attr.retry_cnt = 7;
   attr.rnr_retry = 7;  // receives are reposted as the programs go
-  attr.sq_psn = 0;
-  attr.max_rd_atomic = 1;
+  attr.sq_psn = psn_;
+  attr.max_rd_atomic = 4;
   if (const int rc = ibv_modify_qp(qp, &attr,
                                    IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
                                        IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))

@@ -28,7 +28,7 @@ int tcp_client(const char* host, int port);
 /// What each side tells the other.
 struct Address {
   uint32_t qpn;
-  uint32_t psn;
+  uint32_t psn;  // the first of the side's requests
   uint8_t gid[16];
   uint64_t slots_addr;  // the registered slots
   uint32_t slots_rkey;
@@ -42,6 +42,8 @@ struct Options {
   bool completion_channel = false;  // the CQ reports events to a channel of its own
   /// Each try of an unanswered request (4.096 µs << ack_timeout), seven retries.
   uint8_t ack_timeout = 14;
+  /// The rights of the region and of the QP.
+  int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
 };
 
 class RcPeer {
@@ -68,6 +70,7 @@ class RcPeer {
 
  private:
   uint8_t ack_timeout_;
+  uint32_t psn_;  // where this side's requests start: random, as perftest's
 };
 
 /// Exits with status 2 unless `wc` succeeded.

@@ -77,6 +77,10 @@ bool Process::printed(const std::string& text, std::chrono::milliseconds limit) 
   return true;
 }
 
+std::string Process::output_so_far() const {
+  return read_file(output_path_);
+}
+
 Exit Process::wait(std::chrono::milliseconds limit) {
   Exit e;
   const auto deadline = std::chrono::steady_clock::now() + limit;

@@ -30,6 +30,8 @@ class Process {
   Exit wait(std::chrono::milliseconds limit);
   /// Waits at most `limit` for `text` in what the process has printed so far.
   bool printed(const std::string& text, std::chrono::milliseconds limit) const;
+  /// What the process has printed so far.
+  std::string output_so_far() const;
   pid_t pid() const { return pid_; }
 
  private:

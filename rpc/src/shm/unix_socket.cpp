@@ -7,32 +7,54 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 namespace rdmakit::rpc::detail {
+
+namespace {
+
+// A directory of ours only (made with mode 0700 if it is not there), or false: one another
+// user made, a link, or one others may enter is never used, for a socket in it could be
+// taken over or reached by them.
+bool private_directory(const std::string& dir, std::error_code& error) {
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    error = {errno, std::system_category()};
+    return false;
+  }
+  struct stat st {};
+  if (lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() ||
+      (st.st_mode & 077) != 0) {
+    error = std::make_error_code(std::errc::permission_denied);
+    return false;
+  }
+  return true;
+}
+
+std::string from_env(const char* name, const char* fallback = "") {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value ? value : fallback;
+}
+
+}  // namespace
 
 std::string shm_socket_path(const std::string& name, std::error_code& error) {
   if (name.empty() || name.find('/') != std::string::npos || name.size() > 64) {
     error = std::make_error_code(std::errc::invalid_argument);
     return {};
   }
-  std::string dir;
-  if (const char* runtime = std::getenv("XDG_RUNTIME_DIR"); runtime != nullptr && *runtime) {
-    dir = std::string(runtime) + "/rdmakit-rpc";
-  } else {
-    dir = "/tmp/rdmakit-rpc-" + std::to_string(getuid());
+  // In order; server and client take the same one. A directory in the shared temporary
+  // directory that another user made first is passed over for the next.
+  std::vector<std::string> dirs;
+  if (const std::string runtime = from_env("XDG_RUNTIME_DIR"); !runtime.empty())
+    dirs.push_back(runtime + "/rdmakit-rpc");
+  dirs.push_back(from_env("TMPDIR", "/tmp") + "/rdmakit-rpc-" + std::to_string(geteuid()));
+  if (const std::string home = from_env("HOME"); !home.empty())
+    dirs.push_back(home + "/.rdmakit-rpc");
+  for (const std::string& dir : dirs) {
+    error.clear();
+    if (private_directory(dir, error)) return dir + "/" + name;
   }
-  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
-    error = {errno, std::system_category()};
-    return {};
-  }
-  // Only we may connect: the directory must be ours and closed to everyone else.
-  struct stat st {};
-  if (lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != getuid() ||
-      (st.st_mode & 077) != 0) {
-    error = std::make_error_code(std::errc::permission_denied);
-    return {};
-  }
-  return dir + "/" + name;
+  return {};
 }
 
 bool send_message(int socket, const void* bytes, size_t size, int fd) noexcept {

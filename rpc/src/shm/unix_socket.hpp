@@ -8,9 +8,10 @@
 
 namespace rdmakit::rpc::detail {
 
-/// The socket path of shm://NAME: $XDG_RUNTIME_DIR/rdmakit-rpc/NAME, else
-/// /tmp/rdmakit-rpc-UID/NAME. The directory is created with mode 0700 and must belong to
-/// us and be closed to others (else Errc::bad_url explains nothing useful: permission error).
+/// The socket path of shm://NAME: in the first of $XDG_RUNTIME_DIR/rdmakit-rpc,
+/// ${TMPDIR:-/tmp}/rdmakit-rpc-UID and $HOME/.rdmakit-rpc that is a directory of ours closed
+/// to everyone else (made with mode 0700 if missing); a directory another user made first is
+/// passed over. A permission error when none is.
 std::string shm_socket_path(const std::string& name, std::error_code& error);
 
 /// Sends `bytes` with `fd` attached (fd < 0: none). Never blocks. False on failure.

@@ -13,6 +13,7 @@
 
 #include "common/background_thread.hpp"
 #include "common/log.hpp"
+#include "common/softrdma_port.hpp"
 #include "engine/registry.hpp"
 #include "engine/responder.hpp"
 #include "verbs/device_limits.hpp"
@@ -100,10 +101,10 @@ int receiver_socket(Receiver& r) {
   setsockopt(fd, IPPROTO_IP, IP_MULTICAST_ALL, &zero, sizeof zero);
   sockaddr_in a{};
   a.sin_family = AF_INET;
-  a.sin_port = htons(wire::port());
+  a.sin_port = htons(base_port());
   a.sin_addr.s_addr = htonl(INADDR_ANY);
   if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    SOFTRDMA_DEBUG_LOG("multicast: cannot bind port %u: %s", wire::port(), std::strerror(errno));
+    SOFTRDMA_DEBUG_LOG("multicast: cannot bind port %u: %s", base_port(), std::strerror(errno));
     close(fd);
     return -1;
   }
@@ -153,7 +154,7 @@ void multicast_transmit(const Gid& source, const wire::Request& header, const io
   setsockopt(fd, IPPROTO_IP, IP_MULTICAST_IF, &from, sizeof from);
   sockaddr_in to{};
   to.sin_family = AF_INET;
-  to.sin_port = htons(wire::port());
+  to.sin_port = htons(base_port());
   to.sin_addr.s_addr = GidTable::ipv4_of(group);
   iovec iov[limits::kMaxSge + 1];
   iov[0] = iovec{const_cast<wire::Request*>(&header), sizeof header};

@@ -2,9 +2,9 @@
 
 #include "common/asymmetric_fence.hpp"
 #include "common/secure_random.hpp"
+#include "engine/range_claims.hpp"
 
 #include <fcntl.h>
-#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -27,6 +27,11 @@ struct Registry::Header {
   // Keys the hash of a key's name to its home slot (key_home); set once, by whichever process
   // maps the file first.
   std::atomic<uint64_t> key_secret;
+  // The user's secret on this host (host_secret): each word set once, by whichever process
+  // sets it first, before any process reads it.
+  std::atomic<uint64_t> host_secret[Registry::kHostSecretBytes / sizeof(uint64_t)];
+  DeviceCounters counters;
+  RangeClaim range_claim;  // the QP number range this registry claimed (engine/range_claims.hpp)
 };
 
 namespace {
@@ -37,9 +42,11 @@ constexpr uint64_t kMagic = 0x38764d4452544653ull;  // "SFTRDMv8"
 // held under their processes' pids (EntryPins), where 12 kept one bare count, and so are a
 // QP's, in a table of their own. 14: receive queues hold a power of two of slots, found by a
 // mask (13 divided by any capacity). 16: keys are 32 random bits, found from a keyed hash
-// of their name (15 held the slot index in their middle bits).
+// of their name (15 held the slot index in their middle bits); the host secret and the
+// device's counters.
 constexpr uint32_t kLayoutVersion = 16;
 constexpr size_t kHeaderBytes = 4096;
+static_assert(sizeof(Registry::Header) <= kHeaderBytes);
 constexpr size_t kQpBytes = sizeof(QpSlot) * Registry::kQpCapacity;
 constexpr size_t kMrBytes = sizeof(MrSlot) * Registry::kMrCapacity;
 constexpr size_t kMrPinsBytes = sizeof(EntryPins) * Registry::kMrCapacity;
@@ -50,77 +57,62 @@ constexpr size_t kMcastBytes = sizeof(McastSlot) * Registry::kMcastCapacity;
 constexpr size_t kFileBytes = kHeaderBytes + kQpBytes + kMrBytes + kMrPinsBytes + kLockBytes +
                               kMcastBytes + kQpPinsBytes + kDirectBytes;
 
-std::string registry_path() {
+// The registry file of this user: SOFTRDMA_REGISTRY, else /dev/shm/softrdma-v<layout>-<uid>.
+std::string default_registry_path() {
   if (const char* p = std::getenv("SOFTRDMA_REGISTRY")) return p;
   char buf[64];
-  std::snprintf(buf, sizeof buf, "/dev/shm/softrdma-v%u-%u", kLayoutVersion, getuid());
+  std::snprintf(buf, sizeof buf, "/dev/shm/softrdma-v%u-%u", kLayoutVersion,
+                static_cast<unsigned>(geteuid()));
   return buf;
 }
 
-// Reads the small text file at `path` ("" when it cannot).
-std::string read_small_file(const std::string& path) {
-  char text[256] = {};
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  const ssize_t n = fd < 0 ? -1 : read(fd, text, sizeof text - 1);
-  if (fd >= 0) close(fd);
-  return n > 0 ? std::string(text, static_cast<size_t>(n)) : std::string();
+// Opens (creating) the file at `path` as this user's alone: a file another user made there,
+// one others may write, or a link is refused (EPERM), for another user could then write
+// this user's registry. -1 with errno on failure.
+int open_private_file(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return errno == ELOOP ? (errno = EPERM, -1) : -1;
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+      (st.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
+    close(fd);
+    errno = EPERM;
+    return -1;
+  }
+  return fd;
 }
 
-// Opens (creating if needed) a file that every user of the host opens for reading; flock
-// needs no more. Created with O_EXCL only: in a sticky directory such as /dev/shm, O_CREAT on
-// a file of another user is refused (fs.protected_regular).
-int open_shared_file(const std::string& path) {
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd >= 0 || errno != ENOENT) return fd;
-    const int created = open(path.c_str(), O_RDONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (created >= 0) {
-      fchmod(created, 0644);  // whatever the umask
-      return created;
-    }
-    if (errno != EEXIST) return -1;
-  }
-  return -1;
+// Where this user's registry falls back to when its name in /dev/shm was taken by another
+// user: $XDG_RUNTIME_DIR, if it is a directory of this user's that only it may write.
+std::string fallback_registry_path() {
+  const char* dir = std::getenv("XDG_RUNTIME_DIR");
+  struct stat st {};
+  if (!dir || !*dir || lstat(dir, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() ||
+      (st.st_mode & (S_IWGRP | S_IWOTH)) != 0)
+    return "";
+  char name[32];
+  std::snprintf(name, sizeof name, "/softrdma-v%u", kLayoutVersion);
+  return std::string(dir) + name;
 }
 
-// The QP number range of the registry at `registry`. Range R belongs to the registry named
-// in /dev/shm/softrdma-v<layout>-qpn-range-<R>; claims are made under a host-wide lock, and
-// a claim whose registry file is gone (a removed test registry) is taken over by its owner.
-uint32_t claim_qpn_range(const std::string& registry) {
-  char prefix[64];
-  std::snprintf(prefix, sizeof prefix, "/dev/shm/softrdma-v%u-qpn-range-", kLayoutVersion);
-  const std::string lock_path = std::string(prefix) + "lock";
-  const int lock_fd = open_shared_file(lock_path);
-  if (lock_fd < 0) throw std::system_error(errno, std::generic_category(), "open " + lock_path);
-  while (flock(lock_fd, LOCK_EX) != 0 && errno == EINTR) {
+// The registry file, opened: at its usual path, or at the fallback when another user took
+// that one. Throws std::system_error saying what to do when neither can be used.
+int open_registry(std::string& path) {
+  path = default_registry_path();
+  int fd = open_private_file(path);
+  if (fd >= 0 || errno != EPERM || std::getenv("SOFTRDMA_REGISTRY")) {
+    if (fd < 0) throw std::system_error(errno, std::generic_category(), "open " + path);
+    return fd;
   }
-  uint32_t range = Registry::kQpnRanges;
-  uint32_t free_range = Registry::kQpnRanges;
-  for (uint32_t r = 0; r < Registry::kQpnRanges && range == Registry::kQpnRanges; ++r) {
-    const std::string claim = prefix + std::to_string(r);
-    const std::string owner = read_small_file(claim);
-    if (owner == registry) range = r;
-    if (free_range != Registry::kQpnRanges) continue;
-    struct stat st {};
-    const bool stale = !owner.empty() && stat(owner.c_str(), &st) != 0 && errno == ENOENT &&
-                       unlink(claim.c_str()) == 0;  // only the claim's owner may remove it
-    if (stale || (owner.empty() && access(claim.c_str(), F_OK) != 0)) free_range = r;
-  }
-  if (range == Registry::kQpnRanges && free_range != Registry::kQpnRanges) {
-    const std::string claim = prefix + std::to_string(free_range);
-    const int fd = open(claim.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd >= 0) {
-      fchmod(fd, 0644);
-      if (write(fd, registry.data(), registry.size()) == static_cast<ssize_t>(registry.size()))
-        range = free_range;
-      close(fd);
-      if (range != free_range) unlink(claim.c_str());
-    }
-  }
-  close(lock_fd);  // releases the lock
-  if (range == Registry::kQpnRanges)
-    throw std::system_error(ENOSPC, std::generic_category(), "no free QP number range");
-  return range;
+  const std::string taken = path;
+  path = fallback_registry_path();
+  if (!path.empty()) fd = open_private_file(path);
+  if (fd < 0)
+    throw std::system_error(EPERM, std::generic_category(),
+                            taken +
+                                " was made by another user (or is a link): remove it, or set "
+                                "XDG_RUNTIME_DIR or SOFTRDMA_REGISTRY to a directory of yours");
+  return fd;
 }
 
 // A new key: 32 bits from the CSPRNG, its name (all but the variant byte) never 0, so no key
@@ -205,9 +197,8 @@ Slot* claim_slot_from_hint(
 
 Registry& Registry::map_instance() {
   static Registry* registry = [] {
-    const std::string path = registry_path();
-    int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (fd < 0) throw std::system_error(errno, std::generic_category(), "open " + path);
+    std::string path;
+    const int fd = open_registry(path);
     struct stat st {};
     if (fstat(fd, &st) != 0 || (static_cast<size_t>(st.st_size) < kFileBytes &&
                                 ftruncate(fd, static_cast<off_t>(kFileBytes)) != 0)) {
@@ -218,7 +209,9 @@ Registry& Registry::map_instance() {
     void* base = mmap(nullptr, kFileBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
     if (base == MAP_FAILED) throw std::system_error(errno, std::generic_category(), "mmap");
-    return new Registry(base, claim_qpn_range(path));
+    // A zero-filled file is a valid empty registry, its claim lock free.
+    RangeClaim& claim = static_cast<Header*>(base)->range_claim;
+    return new Registry(base, claim_qpn_range(path, claim, kQpnRanges));
   }();
   mapped_.store(registry, std::memory_order_release);
   return *registry;
@@ -246,11 +239,23 @@ Registry::Registry(void* base, uint32_t qpn_range)
   if (header_->magic.load() != kMagic)
     throw std::system_error(EPROTO, std::generic_category(), "registry layout mismatch");
   header_->layout_version = kLayoutVersion;
+  key_secret_ = set_once(header_->key_secret);
+  for (size_t i = 0; i < std::size(header_->host_secret); ++i) {
+    const uint64_t word = set_once(header_->host_secret[i]);
+    std::memcpy(host_secret_.data() + i * sizeof word, &word, sizeof word);
+  }
+}
+
+uint64_t Registry::set_once(std::atomic<uint64_t>& word) {
   uint64_t secret = 0;
   while (secret == 0) secret = secure_random_u64();
   uint64_t unset = 0;
-  header_->key_secret.compare_exchange_strong(unset, secret);
-  key_secret_ = header_->key_secret.load();
+  word.compare_exchange_strong(unset, secret);
+  return word.load();
+}
+
+DeviceCounters& Registry::counters() {
+  return header_->counters;
 }
 
 uint32_t Registry::claim_qpn(uint64_t qp_offset, int arena_fd) {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -15,6 +16,7 @@
 
 #include "common/process_identity.hpp"
 #include "common/process_lock.hpp"
+#include "engine/device_counters.hpp"
 #include "engine/entry_pins.hpp"
 #include "engine/shared_pages.hpp"
 
@@ -233,11 +235,21 @@ class Registry {
   /// Host-wide lock serialising atomics on one 8-byte word of one process.
   ProcessLock& atomic_lock(pid_t pid, uint64_t host_addr);
 
+  /// The user's secret on this host: random, made when the registry is, never leaves it. The
+  /// identities this user's links present are derived from it (wire/hello.hpp).
+  static constexpr size_t kHostSecretBytes = 32;
+  const std::array<uint8_t, kHostSecretBytes>& host_secret() const { return host_secret_; }
+  /// What the device counts of the traffic it refused (engine/device_counters.hpp).
+  DeviceCounters& counters();
+
+  struct Header;
+
  private:
   static Registry& map_instance();
   static inline std::atomic<Registry*> mapped_{nullptr};  // set once mapped, never changed
+  // A random word, stored in `word` unless a process stored one first; the word's value.
+  static uint64_t set_once(std::atomic<uint64_t>& word);
 
-  struct Header;
   Registry(void* base, uint32_t qpn_range);
   // An MR slot claimed for this process with its key chosen; published by publish_key.
   MrSlot* claim_key_slot(KeyKind kind, uint32_t pd_id, uint32_t& key);
@@ -253,6 +265,7 @@ class Registry {
   void wait_for_direct_accessors(uint32_t mark, uint64_t mask, uint64_t value);
   Header* header_;
   uint64_t key_secret_ = 0;  // header_->key_secret
+  std::array<uint8_t, kHostSecretBytes> host_secret_{};
   uint32_t qpn_range_;
   uint32_t first_qpn_;
   QpSlot* qps_;

@@ -39,11 +39,27 @@ const std::shared_ptr<wire::Link>& link_for(Qp& qp, const SendWork& w) {
   if (!GidTable::is_ipv4_mapped(dgid)) return unreachable;
   const uint32_t ipv4_be = GidTable::ipv4_of(dgid);
   const uint16_t port = wire::port_of_qpn(destination_qpn(qp, w));
+  // A connected QP's requests leave from its own GID's address, where its peer expects them.
+  const bool connected = qp.qpx.qp_base.qp_type != IBV_QPT_UD;
+  const Gid sgid = qp.ctx->gids.at(qp.attr.ah_attr.grh.sgid_index);
+  const uint32_t src_ipv4_be =
+      connected && GidTable::is_ipv4_mapped(sgid) ? GidTable::ipv4_of(sgid) : 0;
   Qp::LastLink& last = qp.last_link;
-  if (last.link && last.ipv4_be == ipv4_be && last.port == port && last.pid == current_pid() &&
-      last.link->alive())
+  if (last.link && last.src_ipv4_be == src_ipv4_be && last.ipv4_be == ipv4_be &&
+      last.port == port && last.pid == current_pid() && last.link->alive())
     return last.link;
-  last = {wire::Link::to(ipv4_be, port), ipv4_be, port, current_pid()};
+  std::shared_ptr<wire::Link> link = wire::Link::to(src_ipv4_be, ipv4_be, port);
+  if (link && connected) {
+    if (!qp.responder_identity) qp.responder_identity = link->listener_identity();
+    if (*qp.responder_identity != link->listener_identity()) {
+      SOFTRDMA_NOTICE(
+          "QP %u: the listener at port %u of its peer's host is not the one that served its "
+          "peer before (another user holds the port?): not sent there",
+          qp.qpx.qp_base.qp_num, port);
+      link = nullptr;
+    }
+  }
+  last = {std::move(link), src_ipv4_be, ipv4_be, port, current_pid()};
   return last.link;
 }
 

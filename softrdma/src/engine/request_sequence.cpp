@@ -3,6 +3,7 @@
 // the processes of this host that execute requests for the QP.
 #include <cstring>
 
+#include "engine/device_counters.hpp"
 #include "engine/psn.hpp"
 #include "engine/qp_types.hpp"
 #include "engine/responder.hpp"
@@ -67,13 +68,34 @@ std::optional<ResponderReply> respond_in_sequence(TargetQp& t, uint32_t psn,
   QpShared* qp = t.qp;
   ProcessLockGuard guard(qp->responder_lock);
   if (!qp->expected_psn_known) return no_answer();  // not at RTR yet
+  const PeerCheck check = r.from ? check_peer(*qp, *r.from, r.src_qpn) : PeerCheck::kPeer;
+  if (check == PeerCheck::kForeign) {
+    count(Counter::kForeignRequests);
+    return no_answer();
+  }
   const int32_t d = psn::distance(psn, qp->expected_psn);
-  if (d > 0) return std::nullopt;
+  // A link whose identity the QP has not pinned yet proves itself by the expected PSN alone,
+  // and is told nothing otherwise: a NAK would say which way the sequence lies.
+  if (check == PeerCheck::kFirstProof && d != 0) {
+    count(Counter::kOutOfSequence);
+    return no_answer();
+  }
+  if (d > 0) {
+    count(Counter::kOutOfSequence);
+    return std::nullopt;
+  }
   // Behind: a duplicate only if this QP carried it out; further back it belongs to no
   // sequence of ours (a requester that started elsewhere), and is not answered.
-  if (d < 0)
-    return static_cast<uint32_t>(-d) <= qp->executed_behind ? answer_again(t, psn, r) : no_answer();
+  if (d < 0) {
+    if (static_cast<uint32_t>(-d) > qp->executed_behind) {
+      count(Counter::kOutOfSequence);
+      return no_answer();
+    }
+    count(Counter::kDuplicateRequests);
+    return answer_again(t, psn, r);
+  }
   const ResponderReply reply = respond(t, r);
+  if (check == PeerCheck::kFirstProof && reply.kind != Kind::kNoAnswer) pin_peer(*qp, *r.from);
   if (reply.kind != Kind::kDone) return reply;
   if (reply.status == IBV_WC_SUCCESS && (r.opcode == IBV_WR_RDMA_READ || is_atomic(r.opcode)))
     record(qp, psn, r);
@@ -87,6 +109,7 @@ void start_sequence(QpShared* qp, uint32_t rq_psn) {
   qp->expected_psn = rq_psn & psn::kMask;
   qp->executed_behind = 0;
   qp->expected_psn_known = 1;
+  unpin_peer(*qp);
   forget_replays(qp);
 }
 
@@ -94,7 +117,23 @@ void restart_sequence(QpShared* qp) {
   ProcessLockGuard guard(qp->responder_lock);
   qp->expected_psn_known = 0;
   qp->executed_behind = 0;
+  unpin_peer(*qp);
   forget_replays(qp);
+}
+
+bool admit_unreliable_connected(QpShared& qp, const InboundRequest& r) {
+  ProcessLockGuard guard(qp.responder_lock);
+  switch (check_peer(qp, *r.from, r.src_qpn)) {
+    case PeerCheck::kPeer:
+      return true;
+    case PeerCheck::kFirstProof:
+      pin_peer(qp, *r.from);
+      return true;
+    case PeerCheck::kForeign:
+      break;
+  }
+  count(Counter::kForeignRequests);
+  return false;
 }
 
 }  // namespace softrdma

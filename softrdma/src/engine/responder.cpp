@@ -338,6 +338,7 @@ ResponderReply respond(TargetQp& t, const InboundRequest& r) {
     return deliver_to_receive(t, t, r);
   }
   if (qp->dest_qpn != r.src_qpn) return lost;  // not the connected peer
+  if (r.from && r.qp_type == IBV_QPT_UC && !admit_unreliable_connected(*qp, r)) return lost;
   if (!opcode_allowed(r.qp_type, r.opcode))
     return responder_error(t, IBV_WC_REM_INV_REQ_ERR, IBV_EVENT_QP_REQ_ERR);
   if (qp->qp_type == IBV_QPT_XRC_RECV) return execute_through_srq(t, r);

@@ -12,6 +12,7 @@
 
 #include "common/process_identity.hpp"
 #include "engine/arena.hpp"
+#include "engine/connected_peer.hpp"
 #include "engine/payload_tail.hpp"
 #include "engine/registry.hpp"
 #include "engine/shared_layout.hpp"
@@ -78,6 +79,10 @@ struct InboundRequest {
   // The payload's rest, after `local`, when it is still in the connection (SEND, WRITE).
   PayloadTail* tail = nullptr;
   uint64_t length = 0;
+  // A request from another host to a connected QP: who sent it, checked against the QP's
+  // peer (engine/connected_peer.hpp). Null for a request from this host (the same user's
+  // process, which reaches the QP's memory anyway) and for datagrams.
+  const ConnectionPeer* from = nullptr;
 };
 
 struct ResponderReply {
@@ -101,6 +106,11 @@ ResponderReply respond(TargetQp& target, const InboundRequest& request);
 /// missing) gets a sequence NAK (nullopt), and the requester resends from the missing one.
 std::optional<ResponderReply> respond_in_sequence(TargetQp& target, uint32_t psn,
                                                   const InboundRequest& request);
+
+/// A UC request from another host (`r.from` set): true if it comes from the QP's peer. UC has
+/// no sequence to prove a first request by: the first from the peer's host and QP pins its
+/// identity.
+bool admit_unreliable_connected(QpShared& qp, const InboundRequest& r);
 
 /// The QP expects `rq_psn` next, and has executed nothing before it (ibv_modify_qp to RTR).
 void start_sequence(QpShared* qp, uint32_t rq_psn);

@@ -202,6 +202,11 @@ struct QpShared {
   uint32_t expected_psn_known;
   uint32_t expected_psn;
   uint32_t executed_behind;
+  // TCP transport, connected QPs: the identity of the peer's user (wire/hello.hpp), pinned by
+  // the first request from the peer's host and QP that proved itself by its PSN
+  // (engine/connected_peer.hpp); a request presenting another is refused.
+  std::atomic<uint32_t> peer_identity_known;
+  std::atomic<uint64_t> peer_identity[2];
   // TCP transport, RC: the largest peer_psn_end the QP's own requests carried so far. A bare
   // ACK the responder holds back (wire/held_acks.hpp) is dropped once this covers it.
   std::atomic<uint32_t> acked_psn_sent;

@@ -1,9 +1,13 @@
-// Calls between softrdma's two libraries (node SOFTRDMA_PRIVATE_1, not part of rdma-core's
-// ABI): librdmacm asks libibverbs to stop a QP when its connection ends.
+// Calls between softrdma's own programs and libraries (node SOFTRDMA_PRIVATE_1, not part of
+// rdma-core's ABI): librdmacm asks libibverbs to stop a QP when its connection ends; tests
+// that speak the wire format as another host would ask for this user's hello and counters.
 #include <cstdint>
+#include <cstring>
 
 #include "common/export.hpp"
+#include "engine/device_counters.hpp"
 #include "engine/responder.hpp"
+#include "wire/hello.hpp"
 
 using namespace softrdma;
 
@@ -17,4 +21,30 @@ SOFTRDMA_EXPORT int softrdma_qp_error(uint32_t qpn) {
   const TargetHold hold(qp);
   if (hold.ok()) qp_enter_error(*qp.arena, qp.qp, 0);
   return 0;
+}
+
+// This user's hello (wire::Hello, 32 bytes into `out`) as a link (role 1) or a listener (role
+// 2) on a connection from `own_ipv4_be` to `peer_ipv4_be`: what any process of the user may
+// compute from its registry. Returns 0, or -1 for an unknown role.
+SOFTRDMA_EXPORT int softrdma_hello(int role, uint32_t own_ipv4_be, uint32_t peer_ipv4_be,
+                                   void* out) {
+  if (role != static_cast<int>(wire::Role::kLink) &&
+      role != static_cast<int>(wire::Role::kListener))
+    return -1;
+  const wire::Hello h = wire::hello_of(static_cast<wire::Role>(role), own_ipv4_be, peer_ipv4_be);
+  std::memcpy(out, &h, sizeof h);
+  return 0;
+}
+
+// The device's counter named `name` (engine/device_counters.hpp) into *value: 0, or -1 for
+// a name it does not count.
+SOFTRDMA_EXPORT int softrdma_counter(const char* name, uint64_t* value) {
+  for (size_t i = 0; i < static_cast<size_t>(Counter::kCount); ++i) {
+    const auto c = static_cast<Counter>(i);
+    if (std::strcmp(counter_name(c), name) == 0) {
+      *value = counted(c);
+      return 0;
+    }
+  }
+  return -1;
 }

@@ -30,6 +30,7 @@
 #include "engine/sge_list.hpp"
 #include "engine/shared_layout.hpp"
 #include "verbs/gid_table.hpp"
+#include "wire/hello.hpp"
 
 namespace softrdma::wire {
 class Link;
@@ -225,10 +226,15 @@ struct Qp : Pooled<Qp> {
   // to the same host and port (every request of a connected QP) skips the process-wide lookup.
   struct LastLink {
     std::shared_ptr<wire::Link> link;
+    uint32_t src_ipv4_be = 0;
     uint32_t ipv4_be = 0;
     uint16_t port = 0;
     pid_t pid = 0;  // a forked child does not share its parent's connections
   } last_link;
+  // TCP, connected QPs: the identity of the listener that served the peer's host and port
+  // first (wire/hello.hpp), pinned until the QP is connected anew: a listener there that
+  // presents another is not the peer's (another user took the port), and is not used.
+  std::optional<wire::Identity> responder_identity;
   // UD over TCP: where its last datagram went; a datagram from there that carries an
   // acknowledgement (wire/datagram_acks.hpp) shows that acknowledgements reach this QP.
   Gid last_datagram_gid{};

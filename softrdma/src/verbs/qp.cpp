@@ -55,6 +55,12 @@ ibv_qp* create_qp(ibv_context* context, ibv_qp_init_attr_ex& a) {
     errno = err;
     return nullptr;
   }
+  // Other hosts reach the QP at its number's port: this process holds that port from its
+  // first QP on, or gives out no number another user's listener would be sent to.
+  if (int err = wire::hold_listen_port()) {
+    errno = err;
+    return nullptr;
+  }
   Arena& arena = Arena::self();
   auto* q = new (std::nothrow) Qp();
   if (!q) {

@@ -174,6 +174,10 @@ void apply(Qp& q, const ibv_qp_attr& a, int mask) {
     q.peer = TargetQp{};
   }
   if (mask & (IBV_QP_AV | IBV_QP_DEST_QPN)) {
+    BiasedLock::Guard sq(q.sq_mutex);
+    q.responder_identity.reset();  // connected anew: the peer's listener is pinned again
+  }
+  if (mask & (IBV_QP_AV | IBV_QP_DEST_QPN)) {
     // Reached through shared memory when the GID is this host's and the QP number one of
     // this user's registry; another user's QP on this host is reached through its listener.
     Gid dgid;
@@ -192,6 +196,7 @@ void reset(Qp& q) {
   q.peer = TargetQp{};
   q.implied_acks_known = false;
   q.took_carried_ack = false;
+  q.responder_identity.reset();
   q.shared->peer_psn_end.store(0);
   q.shared->acked_psn_sent.store(0);
   restart_sequence(q.shared);

@@ -1,5 +1,7 @@
 #include "wire/inbound_connection.hpp"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <algorithm>
@@ -14,6 +16,7 @@
 #include "engine/responder.hpp"
 #include "engine/transmit.hpp"
 #include "wire/datagram_acks.hpp"
+#include "wire/hello.hpp"
 #include "wire/protocol.hpp"
 #include "wire/socket_io.hpp"
 #include "wire/socket_tail.hpp"
@@ -128,6 +131,93 @@ InboundRequest to_inbound(const Request& h, const iovec* local, int count) {
 
 InboundConnection::InboundConnection(int fd) : fd_(fd), accepted_at_(Clock::now()) {
   tune_data_socket(fd_);
+  // The host is where the connection comes from, as the kernel says, never what a request
+  // claims.
+  sockaddr_in own{}, peer{};
+  socklen_t own_length = sizeof own, peer_length = sizeof peer;
+  if (getsockname(fd_, reinterpret_cast<sockaddr*>(&own), &own_length) == 0 &&
+      getpeername(fd_, reinterpret_cast<sockaddr*>(&peer), &peer_length) == 0 &&
+      own.sin_family == AF_INET && peer.sin_family == AF_INET) {
+    own_ipv4_be_ = own.sin_addr.s_addr;
+    peer_.gid[10] = peer_.gid[11] = 0xff;
+    std::memcpy(peer_.gid + 12, &peer.sin_addr.s_addr, 4);
+  }
+  // Ours first: the link waits for it before it sends any request.
+  const Hello hello = hello_of(Role::kListener, own_ipv4_be_, peer.sin_addr.s_addr);
+  append(output_, &hello, sizeof hello);
+  sendable_end_ = output_.size();
+  flush();
+}
+
+bool InboundConnection::take_hello() {
+  if (filled_ - consumed_ < sizeof(Hello)) return true;
+  Hello hello;
+  std::memcpy(&hello, input_.data() + consumed_, sizeof hello);
+  const char* problem = hello_problem(hello, Role::kLink);
+  if (*problem) {
+    count(Counter::kBadHellos);
+    SOFTRDMA_NOTICE("refused a connection from another host: %s", problem);
+    return false;
+  }
+  peer_.identity = hello.identity;
+  consumed_ += sizeof hello;
+  hello_done_ = true;
+  return true;
+}
+
+std::optional<Counter> InboundConnection::refusal_while_unproven(const Request& h) {
+  if (!resolve_target(h.dest_qpn)) return Counter::kForeignRequests;
+  const QpShared& qp = *target_.qp;
+  if (h.qp_type == IBV_QPT_UD) {
+    if (h.qkey != qp.qkey) return Counter::kForeignRequests;
+    return std::nullopt;
+  }
+  switch (check_peer(qp, peer_, h.src_qpn)) {
+    case PeerCheck::kForeign:
+      return Counter::kForeignRequests;
+    case PeerCheck::kPeer:
+      return std::nullopt;
+    case PeerCheck::kFirstProof:
+      break;
+  }
+  // Read unlocked: a guess. The request itself is judged under the QP's lock.
+  const uint32_t expected =
+      std::atomic_ref(target_.qp->expected_psn).load(std::memory_order_relaxed);
+  if (!is_reliable(static_cast<ibv_qp_type>(h.qp_type)) || h.psn == expected) return std::nullopt;
+  return Counter::kOutOfSequence;
+}
+
+void InboundConnection::note_refused() {
+  if (!proven_ && ++refused_ >= kMostRefusedUnproven) closing_ = true;
+}
+
+void InboundConnection::refuse(const Request& h, Counter why) {
+  count(why);
+  note_refused();
+  Response resp{};
+  resp.magic = kMagic;
+  resp.kind = Kind::kResponse;
+  resp.reply = Reply::kNoAnswer;
+  resp.src_qpn = h.src_qpn;
+  resp.psn = h.psn;
+  send_held_first();
+  append(output_, &resp, sizeof resp);
+  sendable_end_ = output_.size();
+}
+
+bool InboundConnection::discard_refused_payload() {
+  char dropped[4096];
+  while (discard_ > 0) {
+    // MSG_TRUNC: the kernel drops the bytes; the sanitizers' recv wants a buffer all the same.
+    const ssize_t r =
+        recv_now(fd_, dropped, std::min(discard_, sizeof dropped), MSG_TRUNC | MSG_DONTWAIT);
+    if (r == 0) return false;
+    if (r < 0) return errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK;
+    discard_ -= static_cast<size_t>(r);
+    received_ += static_cast<uint64_t>(r);
+    took_from_socket(static_cast<size_t>(r));
+  }
+  return true;
 }
 
 InboundConnection::~InboundConnection() {
@@ -149,6 +239,7 @@ bool InboundConnection::consume_peeked() {
 
 bool InboundConnection::land_waiting_payload(bool& landed) {
   landed = false;
+  if (!hello_done_ || discard_ > 0) return true;
   const size_t have = filled_ - consumed_;
   if (have < sizeof(Request)) return true;
   Request h;
@@ -165,6 +256,7 @@ bool InboundConnection::land_waiting_payload(bool& landed) {
     known_waiting_ = bytes_waiting(fd_);
     if (known_waiting_ < rest) return true;  // read on into the buffer meanwhile
   }
+  if (!proven_ && refusal_while_unproven(h)) return true;  // refused from the buffer instead
   add_unlocked(landed_total, 1);
   Request next;
   SocketTail tail(fd_, rest, reinterpret_cast<char*>(&next), sizeof next);
@@ -178,7 +270,6 @@ bool InboundConnection::land_waiting_payload(bool& landed) {
   std::memcpy(input_.data(), &next, tail.after_read());
   consumed_ = 0;
   filled_ = tail.after_read();
-  authenticated_ = true;
   last_read_short_ = false;  // a stream's
   landed = true;
   return output_.size() - written_ < kEagerFlush || flush();
@@ -188,6 +279,8 @@ bool InboundConnection::on_readable(bool answer_now, bool consume_later) {
   for (int reads = 0; reads < kReadsPerEvent && wants_read(); ++reads) {
     // A peek sees the socket from its first byte: what an earlier one copied goes first.
     if (!consume_peeked()) return false;
+    if (!discard_refused_payload()) return false;
+    if (discard_ > 0) break;  // the rest of a refused payload has not come yet
     // Only the loop's thread: an application's poll is on a ping-pong's path, where a payload
     // is still arriving when its header is read, and waiting for all of it costs time.
     bool landed = false;
@@ -195,16 +288,18 @@ bool InboundConnection::on_readable(bool answer_now, bool consume_later) {
     if (landed) continue;
     // Room for more of a large message at once, else a chunk; the buffer grows only with
     // bytes that arrive, whatever length a header claims.
-    size_t want = kReadChunk;
+    // A connection that has not proven itself holds little (kUnprovenInput at most, see
+    // execute_complete), and none for long.
+    size_t want = proven_ ? kReadChunk : sizeof(Hello) + sizeof(Request) + kShortRead;
     const size_t have = filled_ - consumed_;
-    if (have >= sizeof(Request)) {
+    if (hello_done_ && have >= sizeof(Request)) {
       Request h;
       std::memcpy(&h, input_.data() + consumed_, sizeof h);
       if (valid(h) && sizeof h + h.payload_len > have)
         want = std::clamp(sizeof h + h.payload_len - have, kReadChunk, kLargeRead);
     }
     if (input_.size() < filled_ + want) input_.resize(filled_ + want);
-    const bool peek = consume_later && last_read_short_ && last_request_both_ways_;
+    const bool peek = consume_later && last_read_short_ && last_request_both_ways_ && hello_done_;
     if (peek) want = kShortRead;  // consume_peeked() discards at most that much
     const ssize_t r = recv_now(fd_, input_.data() + filled_, want, peek ? MSG_PEEK : 0);
     if (r == 0) return false;
@@ -227,6 +322,7 @@ bool InboundConnection::on_readable(bool answer_now, bool consume_later) {
 }
 
 bool InboundConnection::has_complete_request() const {
+  if (!hello_done_) return filled_ - consumed_ >= sizeof(Hello);
   const size_t have = filled_ - consumed_;
   if (have < sizeof(Request)) return false;
   Request h;
@@ -235,18 +331,31 @@ bool InboundConnection::has_complete_request() const {
 }
 
 bool InboundConnection::execute_complete() {
-  while (filled_ - consumed_ >= sizeof(Request) && wants_read()) {
+  if (!hello_done_ && !take_hello()) return false;
+  while (hello_done_ && discard_ == 0 && filled_ - consumed_ >= sizeof(Request) && wants_read()) {
     Request h;
     std::memcpy(&h, input_.data() + consumed_, sizeof h);
     if (!valid(h)) {
       SOFTRDMA_DEBUG_LOG("malformed request from a peer: connection closed");
       return false;
     }
-    if (filled_ - consumed_ < sizeof h + h.payload_len) break;
+    const size_t have = filled_ - consumed_;
+    if (have < sizeof h + h.payload_len) {
+      // Held only for the peer, or for a request that would be taken: one refused whatever
+      // its payload is refused now, and its payload dropped as it comes.
+      const std::optional<Counter> refusal = !proven_ && sizeof h + h.payload_len > kUnprovenInput
+                                                 ? refusal_while_unproven(h)
+                                                 : std::nullopt;
+      if (!refusal) break;
+      refuse(h, *refusal);
+      discard_ = sizeof h + h.payload_len - have;
+      consumed_ = filled_;
+      break;
+    }
     if (lands_in_place(h)) add_unlocked(large_total, 1);
     execute(h, input_.data() + consumed_ + sizeof h, h.payload_len);
     consumed_ += sizeof h + h.payload_len;
-    authenticated_ = true;
+    if (closing_) return false;
     if (output_.size() - written_ >= kEagerFlush && !flush()) return false;
   }
   // Keep the unconsumed bytes at the front; the buffer keeps its size for the next reads.
@@ -266,12 +375,19 @@ void InboundConnection::execute(const Request& h, const char* payload, size_t bu
   resp.src_qpn = h.src_qpn;
   resp.psn = h.psn;
   const bool rc = h.qp_type == IBV_QPT_RC;  // carries acknowledgements for its peer's requests
+  const bool connected = h.qp_type != IBV_QPT_UD;
   last_request_both_ways_ = ack_may_ride_back(h);
-  // Acknowledgements the peer's QP carries for our QP come first, as on the wire.
-  if (rc && psn::end_known(h.acked_psn_end))
+  const bool found = resolve_target(h.dest_qpn);
+  TargetQp& target = target_;
+  const PeerCheck check =
+      found && connected ? check_peer(*target.qp, peer_, h.src_qpn) : PeerCheck::kFirstProof;
+  // Acknowledgements the peer's QP carries for our QP come first, as on the wire; only from
+  // the peer (a first request of a link, once it proved itself below).
+  const bool acks = rc && psn::end_known(h.acked_psn_end);
+  if (acks && check == PeerCheck::kPeer)
     apply_implied_acks(h.dest_qpn, h.acked_psn_end & psn::kMask);
   if (h.flags & kCarriesDatagramAck)
-    apply_datagram_ack(h.dest_qpn, h.src_gid, h.src_qpn, h.acked_psn_end);
+    apply_datagram_ack(h.dest_qpn, peer_.gid, h.src_qpn, h.acked_psn_end);
   iovec local{};
   uint64_t result_len = 0;
   if (carries_payload(h.opcode)) {
@@ -283,19 +399,42 @@ void InboundConnection::execute(const Request& h, const char* payload, size_t bu
   }
   InboundRequest request = to_inbound(h, &local, local.iov_len ? 1 : 0);
   request.tail = tail;
+  // A datagram's source is the host it came from, whatever it claims.
+  if (connected)
+    request.from = &peer_;
+  else
+    std::memcpy(request.src_gid, peer_.gid, sizeof request.src_gid);
   // A QP that is not here gives no answer, as behind a NIC.
   std::optional<ResponderReply> reply = ResponderReply{ResponderReply::Kind::kNoAnswer};
-  const bool found = resolve_target(h.dest_qpn);
-  TargetQp& target = target_;
   // A datagram the target QP sends this requester next carries the acknowledgement: noted
   // before the datagram lands, or the QP's owner, polling, could reply before the note.
-  if (found && h.qp_type == IBV_QPT_UD)
-    target.qp->datagram_peer_ack.store(datagram_ack(h.src_qpn, host_tag(h.src_gid), h.psn),
+  if (found && !connected)
+    target.qp->datagram_peer_ack.store(datagram_ack(h.src_qpn, host_tag(peer_.gid), h.psn),
                                        std::memory_order_release);
-  if (found) {
+  if (!found || check == PeerCheck::kForeign) {
+    count(Counter::kForeignRequests);
+    note_refused();
+    if (found) {
+      char from[INET_ADDRSTRLEN] = "?";
+      inet_ntop(AF_INET, peer_.gid + 12, from, sizeof from);
+      SOFTRDMA_NOTICE(
+          "refused a request to QP %u from %s claiming to be QP %u: not its connected peer",
+          h.dest_qpn, from, h.src_qpn);
+    }
+  } else {
     reply = is_reliable(static_cast<ibv_qp_type>(h.qp_type))
                 ? respond_in_sequence(target, h.psn, request)
                 : respond(target, request);
+    if (!connected) {
+      if (h.qkey == target.qp->qkey) proven_ = true;
+    } else if (check_peer(*target.qp, peer_, h.src_qpn) == PeerCheck::kPeer) {
+      proven_ = true;
+      // The first request that proved the QP's peer: what it acknowledges applies now.
+      if (acks && check == PeerCheck::kFirstProof)
+        apply_implied_acks(h.dest_qpn, h.acked_psn_end & psn::kMask);
+    } else {
+      note_refused();
+    }
   }
   if (!reply) {
     resp.reply = Reply::kOutOfSequence;

@@ -1,6 +1,8 @@
 // One inbound TCP connection of the responder: a stream of requests from one host's
-// softrdma processes, read without blocking, executed in order, answered in order. Its
-// buffers are bounded: reading pauses while answers the peer has not taken pile up.
+// softrdma processes, read without blocking, executed in order, answered in order. It opens
+// with each end's hello (wire/hello.hpp); every request is checked against its QP's peer
+// (engine/connected_peer.hpp). Its buffers are bounded: reading pauses while answers the
+// peer has not taken pile up, and a connection that has not proven itself holds little.
 #pragma once
 
 #include <sys/uio.h>
@@ -8,8 +10,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
+#include "engine/connected_peer.hpp"
+#include "engine/device_counters.hpp"
 #include "engine/responder.hpp"
 #include "wire/held_acks.hpp"
 #include "wire/protocol.hpp"
@@ -68,9 +73,15 @@ class InboundConnection {
     uint64_t large;
   };
   static LandingTotals landing_totals();
-  /// The peer has sent at least one well-formed request.
-  bool authenticated() const { return authenticated_; }
+  /// The peer has proven itself: a request of it reached a QP as from that QP's peer (its
+  /// host, QP number and identity), or a datagram a QP with its qkey.
+  bool proven() const { return proven_; }
   Clock::time_point accepted_at() const { return accepted_at_; }
+  /// Input held for a connection that has not proven itself, beyond which a request is
+  /// refused at once if it would be anyway, and its payload dropped as it comes.
+  static constexpr size_t kUnprovenInput = size_t{64} << 10;
+  /// Requests refused before the connection proved itself, after which it is closed.
+  static constexpr uint32_t kMostRefusedUnproven = 64;
 
  private:
   /// Executes every complete request read so far. False on a malformed one.
@@ -82,6 +93,17 @@ class InboundConnection {
   /// Executes one request and appends its answer to output_. The first `buffered` bytes of
   /// its payload are at `payload`, the rest (if any) is `tail`, still in the socket.
   void execute(const Request& h, const char* payload, size_t buffered, PayloadTail* tail = nullptr);
+  /// Answers `h` as not taken (kNoAnswer), counting `why`, without looking at its payload.
+  void refuse(const Request& h, Counter why);
+  /// Takes the peer's hello if it has come whole (hello_done_ then). False: close.
+  bool take_hello();
+  /// Whether a request of this connection, which has not proven itself yet, would be taken;
+  /// else what refuses it.
+  std::optional<Counter> refusal_while_unproven(const Request& h);
+  /// Notes a request refused while the connection has not proven itself.
+  void note_refused();
+  /// Drops what remains in the socket of a refused request's payload. False: close.
+  bool discard_refused_payload();
   /// Runs the request whose header was read last if its payload is a large one and waits
   /// whole in the socket: the payload is read straight into its destination (`landed`).
   /// False: close the connection.
@@ -89,7 +111,13 @@ class InboundConnection {
 
   int fd_;
   Clock::time_point accepted_at_;
-  bool authenticated_ = false;
+  ConnectionPeer peer_{};  // its host from the socket, its identity from its hello
+  uint32_t own_ipv4_be_ = 0;
+  bool hello_done_ = false;
+  bool proven_ = false;
+  bool closing_ = false;     // refused too often before proving itself
+  uint32_t refused_ = 0;     // requests refused before it proved itself
+  size_t discard_ = 0;       // bytes of a refused request's payload still in the socket
   std::vector<char> input_;  // [consumed_, filled_): read, not yet executed
   size_t consumed_ = 0;
   size_t filled_ = 0;

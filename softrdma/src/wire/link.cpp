@@ -1,5 +1,6 @@
 #include "wire/link.hpp"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <linux/tcp.h>
 #include <netinet/in.h>
@@ -11,14 +12,18 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <optional>
+#include <tuple>
 
 #include "common/background_thread.hpp"
 #include "common/current_pid.hpp"
 #include "common/log.hpp"
 #include "common/self_connect.hpp"
+#include "engine/device_counters.hpp"
 #include "engine/iovec_list.hpp"
 #include "engine/memory_access.hpp"
 #include "wire/arrivals.hpp"
+#include "wire/hello.hpp"
 #include "wire/socket_io.hpp"
 
 namespace softrdma::wire {
@@ -27,12 +32,49 @@ namespace {
 constexpr int kConnectTimeoutMs = 1000;
 constexpr int kConnectTriesWhileReset = 8;
 
-// A connected socket to the host and port, or -1 with errno set.
-int connect_once(uint32_t ipv4_be, uint16_t port) {
+// Sends this end's hello and takes the listener's, within the connect timeout; 0 or an errno
+// (EPROTO: the other end is no softrdma listener we may use, and says why in `problem`).
+int exchange_hellos(int fd, uint32_t src_ipv4_be, uint32_t dst_ipv4_be, Hello& theirs,
+                    const char*& problem) {
+  sockaddr_in own{};
+  socklen_t length = sizeof own;
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&own), &length) != 0) return errno;
+  const Hello ours =
+      hello_of(Role::kLink, src_ipv4_be ? src_ipv4_be : own.sin_addr.s_addr, dst_ipv4_be);
+  if (send(fd, &ours, sizeof ours, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof ours))
+    return errno ? errno : EPIPE;
+  size_t got = 0;
+  while (got < sizeof theirs) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, kConnectTimeoutMs) != 1) return ETIMEDOUT;
+    const ssize_t n = recv(fd, reinterpret_cast<char*>(&theirs) + got, sizeof theirs - got, 0);
+    if (n == 0) return ECONNRESET;
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      return errno;
+    }
+    got += static_cast<size_t>(n);
+  }
+  problem = hello_problem(theirs, Role::kListener);
+  return *problem ? EPROTO : 0;
+}
+
+// A connected socket to the host and port, from `src_ipv4_be` (0: any), its listener's hello
+// taken; or -1 with errno set.
+int connect_once(uint32_t src_ipv4_be, uint32_t ipv4_be, uint16_t port, Hello& theirs) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return -1;
   sockaddr_in a{};
   a.sin_family = AF_INET;
+  // From the QP's own GID, as a NIC sends: the peer checks that requests come from the host
+  // its QP is connected to.
+  a.sin_addr.s_addr = src_ipv4_be;
+  if (src_ipv4_be && bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    const int err = errno;
+    close(fd);
+    errno = err;
+    return -1;
+  }
   a.sin_port = htons(port);
   a.sin_addr.s_addr = ipv4_be;
   int rc = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
@@ -48,22 +90,32 @@ int connect_once(uint32_t ipv4_be, uint16_t port) {
     reset_on_close(fd);
     err = ECONNREFUSED;
   }
+  if (err == 0) {
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    tune_data_socket(fd);
+    const char* problem = "";
+    err = exchange_hellos(fd, src_ipv4_be, ipv4_be, theirs, problem);
+    if (err == EPROTO) {
+      count(Counter::kBadHellos);
+      char where[INET_ADDRSTRLEN] = "?";
+      inet_ntop(AF_INET, &ipv4_be, where, sizeof where);
+      SOFTRDMA_NOTICE("not using port %u of %s: %s", port, where, problem);
+    }
+  }
   if (err != 0) {
     close(fd);
     errno = err;
     return -1;
   }
-  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-  tune_data_socket(fd);
   return fd;
 }
 
 // A connection reset as soon as it is made was most likely queued at a listener that then
 // closed: a process of the peer's user that ended, while others of the user serve the port
 // (SO_REUSEPORT). The next one lands in a listener that is open, so it is made again.
-int connect_to(uint32_t ipv4_be, uint16_t port) {
+int connect_to(uint32_t src_ipv4_be, uint32_t ipv4_be, uint16_t port, Hello& theirs) {
   for (int tries = 1;; ++tries) {
-    const int fd = connect_once(ipv4_be, port);
+    const int fd = connect_once(src_ipv4_be, ipv4_be, port, theirs);
     if (fd >= 0 || errno != ECONNRESET || tries == kConnectTriesWhileReset) return fd;
   }
 }
@@ -72,7 +124,8 @@ int connect_to(uint32_t ipv4_be, uint16_t port) {
 // threads may still reach it while exit() runs).
 struct Links {
   std::mutex mutex;
-  std::map<std::pair<uint32_t, uint16_t>, std::shared_ptr<Link>> by_destination;
+  // By source address, destination address and port.
+  std::map<std::tuple<uint32_t, uint32_t, uint16_t>, std::shared_ptr<Link>> by_destination;
   pid_t pid = 0;  // a forked child does not share its parent's connections
 };
 
@@ -83,7 +136,7 @@ Links& links() {
 
 }  // namespace
 
-std::shared_ptr<Link> Link::to(uint32_t ipv4_be, uint16_t port) {
+std::shared_ptr<Link> Link::to(uint32_t src_ipv4_be, uint32_t ipv4_be, uint16_t port) {
   if (port == 0) return nullptr;
   Links& l = links();
   std::lock_guard lock(l.mutex);
@@ -91,13 +144,14 @@ std::shared_ptr<Link> Link::to(uint32_t ipv4_be, uint16_t port) {
     l.by_destination.clear();
     l.pid = current_pid();
   }
-  const std::pair destination{ipv4_be, port};
+  const std::tuple destination{src_ipv4_be, ipv4_be, port};
   if (auto it = l.by_destination.find(destination);
       it != l.by_destination.end() && it->second->alive())
     return it->second;
-  int fd = connect_to(ipv4_be, port);
+  Hello theirs{};
+  int fd = connect_to(src_ipv4_be, ipv4_be, port, theirs);
   if (fd < 0) return nullptr;
-  std::shared_ptr<Link> link(new Link(fd));
+  std::shared_ptr<Link> link(new Link(fd, theirs.identity));
   link->self_ = link;
   l.by_destination[destination] = link;
   open_links.store(l.by_destination.size(), std::memory_order_relaxed);

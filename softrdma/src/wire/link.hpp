@@ -18,6 +18,7 @@
 #include <span>
 #include <vector>
 
+#include "wire/hello.hpp"
 #include "wire/outgoing.hpp"
 #include "wire/protocol.hpp"
 #include "wire/quiet_socket.hpp"
@@ -27,9 +28,14 @@ namespace softrdma::wire {
 
 class Link {
  public:
-  /// The connection to the softrdma listener at `ipv4_be`:`port` (see port_of_qpn); made
-  /// (or remade after a failure) on demand. nullptr when it cannot be reached right now.
-  static std::shared_ptr<Link> to(uint32_t ipv4_be, uint16_t port);
+  /// The connection from `src_ipv4_be` (0: any address) to the softrdma listener at
+  /// `ipv4_be`:`port` (see port_of_qpn), its hellos exchanged (wire/hello.hpp); made (or
+  /// remade after a failure) on demand. nullptr when it cannot be reached right now, or the
+  /// listener there is none a softrdma peer may use.
+  static std::shared_ptr<Link> to(uint32_t src_ipv4_be, uint32_t ipv4_be, uint16_t port);
+  /// The identity the listener presented: the same for every listener of one user on that
+  /// host towards this one, which a QP pins.
+  const Identity& listener_identity() const { return listener_identity_; }
 
   enum class Sent {
     kHeaderNow,  // the header is in the socket, behind nothing of ours but what it holds
@@ -60,7 +66,8 @@ class Link {
   Link& operator=(const Link&) = delete;
 
  private:
-  explicit Link(int fd) : fd_(fd) {}
+  Link(int fd, const Identity& listener_identity)
+      : fd_(fd), listener_identity_(listener_identity) {}
   static bool take_arrived_responses_now();
   /// Links of this process (of its parent, in a forked child until it makes one): checked
   /// inline on every poll, so a process without any pays nothing more.
@@ -80,6 +87,7 @@ class Link {
   void shut_holding_lock();
 
   int fd_;
+  const Identity listener_identity_;
   std::mutex read_mutex_;    // guards the members below: one thread reads at a time
   std::vector<char> input_;  // bytes read, up to filled_, not yet handled
   size_t filled_ = 0;

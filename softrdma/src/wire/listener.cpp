@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -22,6 +23,7 @@
 #include "common/log.hpp"
 #include "wire/arrivals.hpp"
 #include "wire/inbound_connection.hpp"
+#include "wire/port_holder.hpp"
 #include "wire/protocol.hpp"
 #include "wire/standby.hpp"
 
@@ -30,11 +32,13 @@ namespace {
 
 using Clock = InboundConnection::Clock;
 
-// Connections that have not sent a well-formed request yet: at most this many (the oldest
-// goes when one more arrives), each for at most the timeout. Anyone who can reach the port
-// can open them; they must not exhaust the process.
-constexpr size_t kMaxUnauthenticated = 1024;
-constexpr std::chrono::milliseconds kDefaultUnauthenticatedTimeout{10000};
+// Connections that have not proven themselves yet (a request of theirs taken as from a QP's
+// peer, engine/connected_peer.hpp): at most this many (the oldest goes when one more
+// arrives), each for at most the timeout, and each holding little
+// (InboundConnection::kUnprovenInput). Anyone who can reach the port can open them; they
+// must not exhaust the process.
+constexpr size_t kMaxUnproven = 1024;
+constexpr std::chrono::milliseconds kDefaultUnprovenTimeout{10000};
 // The loop wakes at least this often to close connections past the timeout.
 constexpr int kSweepIntervalMs = 500;
 // After answering a READ or an atomic with its data, the loop's thread looks for the next
@@ -46,10 +50,10 @@ constexpr int kSweepIntervalMs = 500;
 // (one-way ib_write_bw 64 KiB lost 14-19% when every short turn made it look).
 constexpr std::chrono::microseconds kLookAfterServing{50};
 
-std::chrono::milliseconds unauthenticated_timeout() {
+std::chrono::milliseconds unproven_timeout() {
   const char* env = std::getenv("SOFTRDMA_UNAUTHENTICATED_TIMEOUT_MS");
   const long ms = env ? std::strtol(env, nullptr, 10) : 0;
-  return ms > 0 ? std::chrono::milliseconds(ms) : kDefaultUnauthenticatedTimeout;
+  return ms > 0 ? std::chrono::milliseconds(ms) : kDefaultUnprovenTimeout;
 }
 
 // Every inbound connection of the process, served by one thread asleep in epoll_wait: the
@@ -83,7 +87,7 @@ class ResponderLoop {
       const auto now = Clock::now();
       if (handled.served) standby_.thread_took();
       if (handled.answered_with_data) look_until = now + kLookAfterServing;
-      close_unauthenticated(now);
+      close_unproven(now);
       if (listener_rests_until_ && now >= *listener_rests_until_) {
         listener_rests_until_.reset();
         watch(listener_, EPOLLIN, EPOLL_CTL_MOD);
@@ -288,7 +292,7 @@ class ResponderLoop {
           // waits, a silent connection makes room for it, else the listener rests until the
           // next sweep (level-triggered, it would wake the loop at once again).
           if (!connection_waiting()) return;
-          if (close_oldest_unauthenticated()) continue;
+          if (close_oldest_unproven()) continue;
           SOFTRDMA_DEBUG_LOG("accept: %s; new connections wait", std::strerror(errno));
           watch(listener_, 0, EPOLL_CTL_MOD);
           listener_rests_until_ = Clock::now() + std::chrono::milliseconds(kSweepIntervalMs);
@@ -303,7 +307,7 @@ class ResponderLoop {
       watch(fd, EPOLLIN, EPOLL_CTL_ADD);
       watch_for_polls(fd, false);
       waiting_.push_back({fd, serial});
-      if (waiting_.size() > kMaxUnauthenticated) close_unauthenticated(Clock::time_point::max());
+      if (waiting_.size() > kMaxUnproven) close_unproven(Clock::time_point::max());
     }
   }
 
@@ -380,12 +384,12 @@ class ResponderLoop {
   std::unordered_map<int, Entry>::iterator still_silent(std::pair<int, uint64_t> waiting) {
     auto it = connections_.find(waiting.first);
     if (it == connections_.end() || it->second.serial != waiting.second ||
-        it->second.connection->authenticated())
+        it->second.connection->proven())
       return connections_.end();
     return it;
   }
 
-  bool close_oldest_unauthenticated() {
+  bool close_oldest_unproven() {
     while (!waiting_.empty()) {
       auto it = still_silent(waiting_.front());
       waiting_.pop_front();
@@ -398,16 +402,16 @@ class ResponderLoop {
     return false;
   }
 
-  // Closes connections still unauthenticated past the timeout, and the oldest ones while
+  // Closes connections still unproven past the timeout, and the oldest ones while
   // more than the limit wait (`now` = max: only the limit applies).
-  void close_unauthenticated(Clock::time_point now) {
+  void close_unproven(Clock::time_point now) {
     size_t closed = 0;
     while (!waiting_.empty()) {
       auto it = still_silent(waiting_.front());
       if (it != connections_.end()) {
-        const bool over_limit = waiting_.size() > kMaxUnauthenticated;
+        const bool over_limit = waiting_.size() > kMaxUnproven;
         const bool expired = now != Clock::time_point::max() &&
-                             now - it->second.connection->accepted_at() >= unauthenticated_timeout_;
+                             now - it->second.connection->accepted_at() >= unproven_timeout_;
         if (!over_limit && !expired) break;
         drop(it);
         ++closed;
@@ -417,9 +421,10 @@ class ResponderLoop {
     if (closed) {
       closed_total_ += closed;
       SOFTRDMA_DEBUG_LOG(
-          "closed %zu connection(s) that sent no request (%llu so far; limit %zu, timeout %lld ms)",
-          closed, static_cast<unsigned long long>(closed_total_), kMaxUnauthenticated,
-          static_cast<long long>(unauthenticated_timeout_.count()));
+          "closed %zu connection(s) that did not prove themselves (%llu so far; limit %zu, timeout "
+          "%lld ms)",
+          closed, static_cast<unsigned long long>(closed_total_), kMaxUnproven,
+          static_cast<long long>(unproven_timeout_.count()));
     }
   }
 
@@ -431,9 +436,9 @@ class ResponderLoop {
   uint64_t acks_carried_seen_ = 0;  // acks_carried at send_deferred's last pass over holding_
   const int listener_;
   const int epfd_;
-  const std::chrono::milliseconds unauthenticated_timeout_ = unauthenticated_timeout();
+  const std::chrono::milliseconds unproven_timeout_ = unproven_timeout();
   std::unordered_map<int, Entry> connections_;
-  std::deque<std::pair<int, uint64_t>> waiting_;  // unauthenticated, in accept order
+  std::deque<std::pair<int, uint64_t>> waiting_;  // unproven, in accept order
   uint64_t serials_ = 0;
   uint64_t closed_total_ = 0;
   std::optional<Clock::time_point> listener_rests_until_;  // out of descriptors
@@ -468,36 +473,76 @@ void at_exit() {
   if (ResponderLoop* loop = own_loop()) loop->leave();
 }
 
-}  // namespace
+// The socket bound to this process's port, from its first QP on (hold_listen_port), and
+// whether it listens yet; a forked child binds one of its own.
+struct HeldPort {
+  std::mutex mutex;
+  int fd = -1;
+  pid_t pid = 0;
+  bool listening = false;
+};
 
-void ensure_listening() {
-  static std::mutex mutex;
-  static pid_t listening_pid = 0;
-  std::lock_guard lock(mutex);
-  if (listening_pid == current_pid()) return;
+HeldPort& held_port() {
+  static auto* held = new HeldPort;  // never destroyed: the loop serves until the process ends
+  return *held;
+}
+
+// Caller holds held_port().mutex.
+int hold_port_locked(HeldPort& held) {
+  if (held.pid == current_pid()) return 0;
+  const uint16_t port = listen_port();
+  if (port == 0) return 0;  // past the last port: nothing to hold, and no listener
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  const int epfd = epoll_create1(EPOLL_CLOEXEC);
-  if (fd < 0 || epfd < 0) {
-    SOFTRDMA_DEBUG_LOG("cannot listen: %s", std::strerror(errno));
-    if (fd >= 0) close(fd);
-    if (epfd >= 0) close(epfd);
-    return;  // tried again at the next connection set-up
-  }
+  if (fd < 0) return errno;
+  // SO_REUSEPORT shares the port with this user's other processes only. No SO_REUSEADDR: a
+  // bound socket that had it could be bound again by another user who set it too, and who
+  // would then listen before this process does.
   int one = 1;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
   sockaddr_in a{};
   a.sin_family = AF_INET;
-  a.sin_port = htons(listen_port());
+  a.sin_port = htons(port);
   a.sin_addr.s_addr = htonl(INADDR_ANY);
-  if (listen_port() == 0 || bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      listen(fd, SOMAXCONN) != 0) {
-    SOFTRDMA_DEBUG_LOG("cannot listen on port %u: %s", listen_port(), std::strerror(errno));
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    const int err = errno;
     close(fd);
-    close(epfd);
-    return;
+    if (err == EADDRINUSE) {
+      const std::optional<uid_t> owner = listener_owner(port);
+      char who[48] = "another program";
+      if (owner) std::snprintf(who, sizeof who, "user %u", static_cast<unsigned>(*owner));
+      SOFTRDMA_NOTICE(
+          "TCP port %u, where this user's softrdma serves other hosts, is held by %s: no QP "
+          "can be created until it is free (or give every host another SOFTRDMA_PORT)",
+          port, who);
+    }
+    return err;
   }
-  listening_pid = current_pid();
+  held.fd = fd;
+  held.pid = current_pid();
+  held.listening = false;
+  return 0;
+}
+
+}  // namespace
+
+int hold_listen_port() {
+  HeldPort& held = held_port();
+  std::lock_guard lock(held.mutex);
+  return hold_port_locked(held);
+}
+
+void ensure_listening() {
+  HeldPort& held = held_port();
+  std::lock_guard lock(held.mutex);
+  if (hold_port_locked(held) != 0 || held.fd < 0 || held.listening) return;
+  const int fd = held.fd;
+  const int epfd = epoll_create1(EPOLL_CLOEXEC);
+  if (epfd < 0 || listen(fd, SOMAXCONN) != 0) {
+    SOFTRDMA_DEBUG_LOG("cannot listen on port %u: %s", listen_port(), std::strerror(errno));
+    if (epfd >= 0) close(epfd);
+    return;  // tried again at the next connection set-up
+  }
+  held.listening = true;
   // Never destroyed: the loop serves until the process ends.
   auto* loop = new ResponderLoop(fd, epfd);
   g_loop_pid.store(current_pid(), std::memory_order_relaxed);

@@ -12,10 +12,17 @@ namespace softrdma::wire {
 
 struct Arrivals;
 
-/// Makes this process one of the host's listeners; cheap after the first call. One thread
-/// serves every inbound connection (wire/inbound_connection.hpp); connections that send no
-/// well-formed request are bounded in number and closed after a timeout
-/// (SOFTRDMA_UNAUTHENTICATED_TIMEOUT_MS, default 10 s).
+/// Binds this process's listening port (that of its user's QP number range) unless it holds
+/// it already, so that no other user can take it while this process has QPs: called before
+/// a QP number is given out. 0, or the errno of the bind (EADDRINUSE: another user holds the
+/// port; a notice says who).
+int hold_listen_port();
+
+/// Makes this process one of the host's listeners, on the port it holds; cheap after the
+/// first call. One thread
+/// serves every inbound connection (wire/inbound_connection.hpp); connections that have not
+/// proven themselves (a request taken as from a QP's peer) are bounded in number and closed
+/// after a timeout (SOFTRDMA_UNAUTHENTICATED_TIMEOUT_MS, default 10 s).
 void ensure_listening();
 
 /// Executes the requests that have arrived on the inbound connections `arrived` names

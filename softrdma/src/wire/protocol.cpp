@@ -1,7 +1,6 @@
 #include "wire/protocol.hpp"
 
-#include <cstdlib>
-
+#include "common/softrdma_port.hpp"
 #include "engine/psn.hpp"
 #include "engine/qp_types.hpp"
 #include "engine/registry.hpp"
@@ -9,24 +8,9 @@
 
 namespace softrdma::wire {
 
-uint16_t port() {
-  static const uint16_t p = [] {
-    const char* env = std::getenv("SOFTRDMA_PORT");
-    const long v = env ? std::strtol(env, nullptr, 10) : 0;
-    return static_cast<uint16_t>(v > 0 && v < 65536 ? v : kDefaultPort);
-  }();
-  return p;
-}
-
-namespace {
-uint16_t port_of_range(uint32_t range) {
-  const uint32_t p = port() + range;
-  return range < Registry::kQpnRanges && p <= 65535 ? static_cast<uint16_t>(p) : 0;
-}
-}  // namespace
-
 uint16_t port_of_qpn(uint32_t qpn) {
-  return port_of_range(Registry::qpn_range(qpn));
+  const uint32_t range = Registry::qpn_range(qpn);
+  return range < Registry::kQpnRanges ? port_of_range(range) : 0;
 }
 
 uint16_t listen_port() {

@@ -12,10 +12,7 @@
 namespace softrdma::wire {
 
 inline constexpr uint32_t kMagic = 0x31445253;  // "SRD1"
-inline constexpr uint16_t kDefaultPort = 4791;  // RoCE v2's port number, over TCP here
 
-/// The base port of the host's softrdma listeners (SOFTRDMA_PORT overrides it).
-uint16_t port();
 /// The port that the processes owning QP `qpn` listen on: the base port plus the QP's number
 /// range, one range per user of a host (ports of one process set may not be shared across
 /// users). 0 when `qpn` is in no range or the port would exceed 65535.
