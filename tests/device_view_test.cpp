@@ -142,6 +142,19 @@ TEST(DeviceView, NodeAndPortAgreeWithWhatVerbsReport) {
   EXPECT_EQ(ibdev, "softrdma0");
 }
 
+// The port's hw_counters are the device's counters, live: every one of them there, as a
+// number, and owner-only (the counts are the user's).
+TEST(DeviceView, HwCountersHoldTheDevicesCounters) {
+  const auto counters = under_softrdma(
+      "cd /sys/class/infiniband/softrdma0/ports/1/hw_counters && for f in foreign_requests "
+      "out_of_sequence duplicate_request bad_hellos resp_remote_access_errors peers_refused; "
+      "do printf '%s ' $f; cat $f; done && stat -L -c %a .");
+  ASSERT_TRUE(counters.ok()) << counters.describe() << "\n" << counters.output;
+  EXPECT_THAT(counters.output, ::testing::ContainsRegex("foreign_requests [0-9]+\n"));
+  EXPECT_THAT(counters.output, ::testing::ContainsRegex("peers_refused [0-9]+\n"));
+  EXPECT_THAT(counters.output, ::testing::EndsWith("700\n"));
+}
+
 TEST(DeviceView, DeviceNodesAreCharacterDevicesTheProgramMayOpen) {
   const auto e = under_softrdma(
       "for n in /dev/infiniband/uverbs0 /dev/infiniband/rdma_cm; do "

@@ -280,6 +280,20 @@ TEST(Devices, JsonHasPortsGidsAndTheChoice) {
   EXPECT_THAT(port["chosen_gid"]["summary"].get<std::string>(), HasSubstr("softrdma0 port 1"));
 }
 
+// -v adds each port's hardware counters: softrdma0's, as softrdma-run's view shows them
+// in sysfs, among them the requests it refused from hosts that were not a QP's peer.
+TEST(Devices, VerboseShowsTheCountersOfRefusedTraffic) {
+  const Exit e = rdmakit::testing::run(tool("devices -v"), 30s);
+  ASSERT_TRUE(e.ok()) << e.describe();
+  EXPECT_THAT(e.output, ::testing::ContainsRegex("counter foreign_requests +[0-9]+"));
+  EXPECT_THAT(e.output, ::testing::ContainsRegex("counter resp_remote_access_errors +[0-9]+"));
+  const Exit json = rdmakit::testing::run(tool("devices -v --json"), 30s);
+  ASSERT_TRUE(json.ok()) << json.describe();
+  const nlohmann::json counters = nlohmann::json::parse(json.output)[0]["ports"][0]["hw_counters"];
+  EXPECT_TRUE(counters.contains("foreign_requests")) << counters.dump();
+  EXPECT_TRUE(counters["out_of_sequence"].is_number_unsigned()) << counters.dump();
+}
+
 // A run of several sizes shows which one it is at on a terminal (here a pseudo-terminal made
 // by script(1)), and nothing of it when its output goes to a file or a pipe.
 TEST(PerfProgress, ShownOnATerminalOnly) {

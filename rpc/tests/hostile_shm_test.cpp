@@ -7,7 +7,11 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -201,6 +205,47 @@ TEST(HostileShmConnections, SilentConnectionsNeitherHangNorBlockTheServer) {
   }
   expect_new_client_served(server);
   for (int s : silent) close(s);
+}
+
+// Another user who makes this user's socket directory in the shared /tmp first (as
+// /tmp/rdmakit-rpc-UID would be when XDG_RUNTIME_DIR is unset) cannot stop its servers: the
+// directory is passed over for $HOME/.rdmakit-rpc, by server and client alike. Needs root to
+// give the directory to another user (uid 65534 here).
+TEST(HostileShmConnections, ASocketDirectoryAnotherUserMadeIsPassedOver) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to make a directory of another user";
+  char tmp[] = "/tmp/rpc-squat-tmp-XXXXXX", home[] = "/tmp/rpc-squat-home-XXXXXX";
+  ASSERT_NE(mkdtemp(tmp), nullptr);
+  ASSERT_NE(mkdtemp(home), nullptr);
+  const std::string squatted = std::string(tmp) + "/rdmakit-rpc-" + std::to_string(geteuid());
+  ASSERT_EQ(mkdir(squatted.c_str(), 0777), 0);
+  ASSERT_EQ(chown(squatted.c_str(), 65534, 65534), 0);
+  ASSERT_EQ(chmod(squatted.c_str(), 0777), 0);
+  const std::string saved_runtime =
+      std::getenv("XDG_RUNTIME_DIR") ? std::getenv("XDG_RUNTIME_DIR") : "";
+  const std::string saved_tmpdir = std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "";
+  const std::string saved_home = std::getenv("HOME") ? std::getenv("HOME") : "";
+  unsetenv("XDG_RUNTIME_DIR");
+  setenv("TMPDIR", tmp, 1);
+  setenv("HOME", home, 1);
+  {
+    std::error_code error;
+    const std::string path = detail::shm_socket_path("squat-test", error);
+    EXPECT_FALSE(error) << error.message();
+    EXPECT_EQ(path, std::string(home) + "/.rdmakit-rpc/squat-test");
+    Server server = Server::listen(fresh_url("shm"));
+    expect_new_client_served(server);
+  }
+  const auto restore = [](const char* name, const std::string& value) {
+    if (value.empty())
+      unsetenv(name);
+    else
+      setenv(name, value.c_str(), 1);
+  };
+  restore("XDG_RUNTIME_DIR", saved_runtime);
+  restore("TMPDIR", saved_tmpdir);
+  restore("HOME", saved_home);
+  std::filesystem::remove_all(tmp);
+  std::filesystem::remove_all(home);
 }
 
 INSTANTIATE_TEST_SUITE_P(Attacks, HostileShmClient,

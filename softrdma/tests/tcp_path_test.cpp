@@ -2295,5 +2295,64 @@ TEST_F(TcpPathTest, AConnectionWithoutAHelloIsClosedAndCounted) {
   EXPECT_EQ(device_counter("bad_hellos") - before, 1u);
 }
 
+// A peer whose requests cause kMostAccessErrors remote access errors (bad rkeys, one QP
+// each, as a peer that guesses keys over one fresh QP after another) is refused for a while:
+// its connection is closed and a new one refused at its hello. Another user of its host
+// (another identity) is not.
+TEST_F(TcpPathTest, APeerThatCausesManyAccessErrorsIsRefusedForAWhile) {
+  constexpr uint32_t kErrors = 64;      // wire::PeerPenalties::kMostAccessErrors
+  constexpr uint32_t kGuesser = 0x777;  // the QP number the guesser's requests claim
+  ASSERT_NO_FATAL_FAILURE(Listen());
+  ibv_cq* cq = NewCq();
+  std::vector<ibv_qp*> victims;
+  for (uint32_t i = 0; i < kErrors; ++i) {
+    ibv_qp* qp = NewQp(IBV_QPT_RC, cq, cq);
+    ASSERT_NE(qp, nullptr);
+    ASSERT_EQ(rc_connect(qp, kGuesser, gid0(), RcParams{}), 0);
+    victims.push_back(qp);
+  }
+  const uint64_t errors_before = device_counter("resp_remote_access_errors");
+  const uint64_t refused_before = device_counter("peers_refused");
+  // A fresh identity: the penalties of earlier tests' links of this process do not count.
+  wire::Hello guesser = hello_from_library(wire::Role::kLink, gid0_ipv4(), gid0_ipv4());
+  guesser.identity[1] ^= 0x5a;
+  const auto connect_as = [&](const wire::Hello& hello) {
+    const int s = connect_to(own_port(), false);
+    wire::Hello theirs{};
+    if (s < 0 || send(s, &hello, sizeof hello, 0) != static_cast<ssize_t>(sizeof hello) ||
+        recv(s, &theirs, sizeof theirs, MSG_WAITALL) != static_cast<ssize_t>(sizeof theirs))
+      return -1;
+    return s;
+  };
+  const int s = connect_as(guesser);
+  ASSERT_GE(s, 0);
+  for (uint32_t i = 0; i < kErrors; ++i) {
+    wire::Request h = valid_request(victims[i]->qp_num);
+    h.src_qpn = kGuesser;
+    h.rkey = 0x12345678 + i;  // no such key
+    h.remote_addr = 0x1000;
+    const char payload[8] = {};
+    ASSERT_EQ(send(s, &h, sizeof h, MSG_MORE | MSG_NOSIGNAL), static_cast<ssize_t>(sizeof h));
+    ASSERT_EQ(send(s, payload, sizeof payload, MSG_NOSIGNAL), 8);
+    wire::Response r{};
+    ASSERT_TRUE(read_all(s, &r, sizeof r, kTimeout)) << "request " << i;
+    EXPECT_EQ(r.status, IBV_WC_REM_ACCESS_ERR) << "request " << i;
+  }
+  EXPECT_TRUE(closed_by_peer(s)) << "the guesser's connection stays";
+  close(s);
+  EXPECT_EQ(device_counter("resp_remote_access_errors") - errors_before, kErrors);
+  const int again = connect_as(guesser);
+  EXPECT_TRUE(again < 0 || closed_by_peer(again)) << "the guesser is let in again at once";
+  if (again >= 0) close(again);
+  EXPECT_GE(device_counter("peers_refused") - refused_before, 2u);
+  // Another user of the same host.
+  const int other = connect_to(own_port());
+  ASSERT_GE(other, 0);
+  ASSERT_NO_FATAL_FAILURE(ConnectPair());
+  Buffer target = NewBuffer(64, kRemoteAccess, 0);
+  EXPECT_EQ(write_over_tcp(other, target, 0, 'o', 0).reply, wire::Reply::kDone);
+  close(other);
+}
+
 }  // namespace
 }  // namespace softrdma_test

@@ -10,8 +10,9 @@
 //          Serves one client; prints "victim qpn=Q rkey=K addr=A", then, once the client says
 //          it is done, checks its memory and receives and prints "victim ok" and its user's
 //          device counters, or what is wrong (exit 1).
-//        hostile_peer client HOST PORT
-//          Round 1 (WRITE, READ, SEND, fetch-and-add, all checked), prints
+//        hostile_peer client HOST PORT [PSN_OFFSET]
+//          Round 1 (WRITE, READ, SEND, fetch-and-add, all checked; with PSN_OFFSET its requests
+//          start that far from the PSN it told the victim, and fail as on a NIC), prints
 //          "client qpn=Q next_psn=P"; on SIGUSR1 posts a WRITE and prints "write done" when
 //          it completes; on SIGUSR2 a last round, then tells the victim and exits 0.
 //        hostile_peer forge HOST QPN SRC_QPN RKEY ADDR PSN
@@ -62,10 +63,13 @@ constexpr size_t kRegionBytes = 4096;
 constexpr int kReceives = 8;
 constexpr char kRoundByte = 'C', kStoppedByte = 'D', kForgedByte = 'F';
 
-rc_peer::Options options() {
+rc_peer::Options options(uint32_t sq_psn_offset = 0) {
   rc_peer::Options o;
+  o.sq_psn_offset = sq_psn_offset;
+  // 1.07 s a try: the victim stays stopped for a while; a client whose PSNs do not match
+  // fails after its budget (67 ms a try, eight tries).
+  o.ack_timeout = sq_psn_offset ? 14 : 18;
   o.slots = kRegionBytes / sizeof(uint64_t);
-  o.ack_timeout = 18;  // 1.07 s a try: the victim stays stopped for a while
   o.access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
              IBV_ACCESS_REMOTE_ATOMIC;
   return o;
@@ -187,14 +191,14 @@ int wait_for(std::initializer_list<int> signals) {
   return s;
 }
 
-int run_client(const char* host, int port) {
+int run_client(const char* host, int port, uint32_t psn_offset) {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGUSR1);
   sigaddset(&set, SIGUSR2);
   sigprocmask(SIG_BLOCK, &set, nullptr);
   const int fd = rc_peer::tcp_client(host, port);
-  rc_peer::RcPeer c(options());
+  rc_peer::RcPeer c(options(psn_offset));
   const Address mine = c.address();
   if (!send_all(fd, &mine, sizeof mine)) die("send address");
   Address victim{};
@@ -337,7 +341,8 @@ int main(int argc, char** argv) {
   const std::string part = argc > 1 ? argv[1] : "";
   const auto u32 = [&](int i) { return static_cast<uint32_t>(std::stoul(argv[i])); };
   if (part == "victim" && argc == 3) return run_victim(std::atoi(argv[2]));
-  if (part == "client" && argc == 4) return run_client(argv[2], std::atoi(argv[3]));
+  if (part == "client" && (argc == 4 || argc == 5))
+    return run_client(argv[2], std::atoi(argv[3]), argc == 5 ? u32(4) : 0);
   if (part == "forge" && argc == 8)
     return run_forge(argv[2], u32(3), u32(4), u32(5), std::stoull(argv[6]), u32(7));
   if (part == "forge-ack" && argc == 6) return run_forge_ack(argv[2], u32(3), u32(4), u32(5));

@@ -71,7 +71,8 @@ void check_success(const ibv_wc& wc) {
 RcPeer::RcPeer(const Options& options)
     : slots(options.slots),
       ack_timeout_(options.ack_timeout),
-      psn_(std::random_device{}() & 0xffffff) {
+      psn_(std::random_device{}() & 0xffffff),
+      sq_psn_offset_(options.sq_psn_offset) {
   int n = 0;
   ibv_device** list = ibv_get_device_list(&n);
   if (!list || n == 0) die("no RDMA device");
@@ -137,7 +138,7 @@ void RcPeer::connect_to(const Address& peer) {
   attr.timeout = ack_timeout_;
   attr.retry_cnt = 7;
   attr.rnr_retry = 7;  // receives are reposted as the programs go
-  attr.sq_psn = psn_;
+  attr.sq_psn = (psn_ + sq_psn_offset_) & 0xffffff;
   attr.max_rd_atomic = 4;
   if (const int rc = ibv_modify_qp(qp, &attr,
                                    IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |

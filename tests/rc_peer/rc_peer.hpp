@@ -44,6 +44,9 @@ struct Options {
   uint8_t ack_timeout = 14;
   /// The rights of the region and of the QP.
   int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+  /// How far from the PSN it told its peer this side's requests really start (tests of QPs
+  /// whose PSNs do not match: 0 otherwise).
+  uint32_t sq_psn_offset = 0;
 };
 
 class RcPeer {
@@ -71,6 +74,7 @@ class RcPeer {
  private:
   uint8_t ack_timeout_;
   uint32_t psn_;  // where this side's requests start: random, as perftest's
+  uint32_t sq_psn_offset_;
 };
 
 /// Exits with status 2 unless `wc` succeeded.

@@ -7,6 +7,9 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -47,6 +50,23 @@ struct Choice {
   std::string problem;
 };
 
+// A port's hardware counters, where the kernel shows a NIC's (and softrdma-run softrdma0's):
+// /sys/class/infiniband/<device>/ports/<port>/hw_counters/<name>. Empty when there are none.
+std::map<std::string, uint64_t> hw_counters(const DeviceInfo& device, const PortInfo& port) {
+  std::map<std::string, uint64_t> counters;
+  const std::filesystem::path dir = std::filesystem::path("/sys/class/infiniband") / device.name /
+                                    "ports" / std::to_string(port.number) / "hw_counters";
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name[0] == '.') continue;
+    std::ifstream file(entry.path());
+    uint64_t value = 0;
+    if (file >> value) counters[name] = value;
+  }
+  return counters;
+}
+
 Choice choose(const DeviceInfo& device, const PortInfo& port) {
   try {
     Context context = Context::open({device.name, port.number, std::nullopt});
@@ -56,7 +76,7 @@ Choice choose(const DeviceInfo& device, const PortInfo& port) {
   }
 }
 
-nlohmann::json port_json(const DeviceInfo& device, const PortInfo& port) {
+nlohmann::json port_json(const DeviceInfo& device, const PortInfo& port, bool verbose) {
   nlohmann::json gids = nlohmann::json::array();
   for (const GidEntry& g : port.gids)
     gids.push_back({{"index", g.index},
@@ -71,20 +91,22 @@ nlohmann::json port_json(const DeviceInfo& device, const PortInfo& port) {
     chosen = {{"index", choice.gid->entry.index}, {"summary", choice.gid->summary}};
   else
     chosen = {{"error", choice.problem}};
-  return {{"number", port.number},
-          {"state", ibv_port_state_str(port.state)},
-          {"link_layer", link_layer(port.link_layer)},
-          {"active_mtu", 128 << static_cast<int>(port.active_mtu)},
-          {"lid", port.lid},
-          {"gids", gids},
-          {"chosen_gid", chosen}};
+  nlohmann::json out = {{"number", port.number},
+                        {"state", ibv_port_state_str(port.state)},
+                        {"link_layer", link_layer(port.link_layer)},
+                        {"active_mtu", 128 << static_cast<int>(port.active_mtu)},
+                        {"lid", port.lid},
+                        {"gids", gids},
+                        {"chosen_gid", chosen}};
+  if (verbose) out["hw_counters"] = hw_counters(device, port);
+  return out;
 }
 
-void print_json(const std::vector<DeviceInfo>& devices) {
+void print_json(const std::vector<DeviceInfo>& devices, bool verbose) {
   nlohmann::json out = nlohmann::json::array();
   for (const DeviceInfo& d : devices) {
     nlohmann::json ports = nlohmann::json::array();
-    for (const PortInfo& p : d.ports) ports.push_back(port_json(d, p));
+    for (const PortInfo& p : d.ports) ports.push_back(port_json(d, p, verbose));
     out.push_back({{"name", d.name},
                    {"node_guid", hex(be64toh(d.node_guid))},
                    {"vendor_id", d.vendor_id},
@@ -101,7 +123,7 @@ void print_json(const std::vector<DeviceInfo>& devices) {
   std::printf("%s\n", out.dump(2).c_str());
 }
 
-void print_text(const std::vector<DeviceInfo>& devices) {
+void print_text(const std::vector<DeviceInfo>& devices, bool verbose) {
   if (devices.empty()) std::printf("%s\n", kNoDeviceHint);
   for (const DeviceInfo& d : devices) {
     std::printf("%s: node GUID %s, vendor 0x%x part %u, max QPs %d, max QP WRs %d, atomics %s\n",
@@ -118,6 +140,12 @@ void print_text(const std::vector<DeviceInfo>& devices) {
         std::printf("    chosen: %s\n", choice.gid->summary.c_str());
       else
         std::printf("    chosen: none (%s)\n", choice.problem.c_str());
+      if (!verbose) continue;
+      const auto counters = hw_counters(d, p);
+      if (counters.empty()) std::printf("    counters: none shown (no hw_counters in sysfs)\n");
+      for (const auto& [name, value] : counters)
+        std::printf("    counter %-28s %llu\n", name.c_str(),
+                    static_cast<unsigned long long>(value));
     }
   }
 }
@@ -126,14 +154,17 @@ void print_text(const std::vector<DeviceInfo>& devices) {
 
 void add_devices_options(CLI::App& devices, DevicesOptions& options) {
   devices.add_flag("--json", options.json, "print JSON instead of text");
+  devices.add_flag("-v,--verbose", options.verbose,
+                   "also print each port's hardware counters (sysfs hw_counters: a NIC's, or "
+                   "softrdma0's under softrdma-run, such as the requests it refused)");
 }
 
 void run_devices(const DevicesOptions& options) {
   const std::vector<DeviceInfo> devices = list_devices();
   if (options.json)
-    print_json(devices);
+    print_json(devices, options.verbose);
   else
-    print_text(devices);
+    print_text(devices, options.verbose);
 }
 
 }  // namespace rdmakit::tool

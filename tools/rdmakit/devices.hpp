@@ -1,5 +1,5 @@
-// `rdmakit devices`: the RDMA devices, their ports and GID tables, and the GID the library
-// would choose on each port (with its reason).
+// `rdmakit devices`: the RDMA devices, their ports and GID tables, the GID the library
+// would choose on each port (with its reason), and with -v each port's hardware counters.
 #pragma once
 
 namespace CLI {
@@ -10,6 +10,7 @@ namespace rdmakit::tool {
 
 struct DevicesOptions {
   bool json = false;
+  bool verbose = false;  // each port's counters too
 };
 
 void add_devices_options(CLI::App& devices, DevicesOptions& options);

@@ -1,11 +1,14 @@
 // What the device counts of the traffic it refused, host-wide for the user (in the registry),
-// as a NIC's hw_counters: the device view shows them under
-// ports/1/hw_counters/<name> (verbs/counter_files.*), and `rdmakit devices -v` prints them.
+// as a NIC's hw_counters. Each count also lands in a file of its own, <registry>.counters/
+// <name> (owner-only, rewritten at most once a millisecond per process and at exit), which
+// softrdma-run's view of the device shows as ports/1/hw_counters, where `rdmakit devices -v`
+// and rdma-core's tools read a NIC's.
 #pragma once
 
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <string>
 
 namespace softrdma {
 
@@ -34,6 +37,8 @@ const char* counter_name(Counter c);
 void count(Counter c);
 /// The count of `c` so far.
 uint64_t counted(Counter c);
+/// Writes every counter's file; the directory they are in ("" if it cannot be made).
+std::string write_counter_files();
 
 struct DeviceCounters {
   std::array<std::atomic<uint64_t>, static_cast<size_t>(Counter::kCount)> values;

@@ -15,6 +15,7 @@
 #include <string>
 #include <system_error>
 #include <thread>
+#include <utility>
 
 namespace softrdma {
 
@@ -211,13 +212,13 @@ Registry& Registry::map_instance() {
     if (base == MAP_FAILED) throw std::system_error(errno, std::generic_category(), "mmap");
     // A zero-filled file is a valid empty registry, its claim lock free.
     RangeClaim& claim = static_cast<Header*>(base)->range_claim;
-    return new Registry(base, claim_qpn_range(path, claim, kQpnRanges));
+    return new Registry(base, claim_qpn_range(path, claim, kQpnRanges), path);
   }();
   mapped_.store(registry, std::memory_order_release);
   return *registry;
 }
 
-Registry::Registry(void* base, uint32_t qpn_range)
+Registry::Registry(void* base, uint32_t qpn_range, std::string path)
     : header_(static_cast<Header*>(base)),
       qpn_range_(qpn_range),
       first_qpn_(kFirstQpn + qpn_range * kQpCapacity),
@@ -239,6 +240,7 @@ Registry::Registry(void* base, uint32_t qpn_range)
   if (header_->magic.load() != kMagic)
     throw std::system_error(EPROTO, std::generic_category(), "registry layout mismatch");
   header_->layout_version = kLayoutVersion;
+  path_ = std::move(path);
   key_secret_ = set_once(header_->key_secret);
   for (size_t i = 0; i < std::size(header_->host_secret); ++i) {
     const uint64_t word = set_once(header_->host_secret[i]);

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 #include "common/process_identity.hpp"
 #include "common/process_lock.hpp"
@@ -241,6 +242,8 @@ class Registry {
   const std::array<uint8_t, kHostSecretBytes>& host_secret() const { return host_secret_; }
   /// What the device counts of the traffic it refused (engine/device_counters.hpp).
   DeviceCounters& counters();
+  /// The registry file.
+  const std::string& path() const { return path_; }
 
   struct Header;
 
@@ -250,7 +253,7 @@ class Registry {
   // A random word, stored in `word` unless a process stored one first; the word's value.
   static uint64_t set_once(std::atomic<uint64_t>& word);
 
-  Registry(void* base, uint32_t qpn_range);
+  Registry(void* base, uint32_t qpn_range, std::string path);
   // An MR slot claimed for this process with its key chosen; published by publish_key.
   MrSlot* claim_key_slot(KeyKind kind, uint32_t pd_id, uint32_t& key);
   // Publishes `key` in `s`; false (and `s` freed) when another slot took a key of the same
@@ -266,6 +269,7 @@ class Registry {
   Header* header_;
   uint64_t key_secret_ = 0;  // header_->key_secret
   std::array<uint8_t, kHostSecretBytes> host_secret_{};
+  std::string path_;
   uint32_t qpn_range_;
   uint32_t first_qpn_;
   QpSlot* qps_;

@@ -251,7 +251,10 @@ std::optional<Clock::time_point> expire_inflight(Qp& qp, Clock::time_point now) 
   // link never times out while it moves. Here a request is one message on a socket that
   // other QPs share too: the timer is extended while the connection moves bytes either way
   // (the first expiry only takes note, so a stuck peer is found after at most two spans).
-  if (oldest.link && oldest.link->alive()) {
+  // A request the responder refused (kNoAnswer) moves nothing of its own: its budget is time
+  // alone, whatever else the connection carries (a peer whose PSNs do not match ours answers
+  // every resend at once).
+  if (!oldest.refused && oldest.link && oldest.link->alive()) {
     const uint64_t moved = oldest.link->progress();
     if (oldest.link_progress != moved) {
       oldest.link_progress = moved;
@@ -442,6 +445,7 @@ void answer_received(Qp* qp, Link& link, const Response& r, std::span<const char
       if (!failed) go_back(*qp, std::move(w));
       break;
     case Reply::kNoAnswer:
+      w.refused = true;
       failed = retries_exhausted(*qp, w, now);
       if (!failed) go_back(*qp, std::move(w));
       break;

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <system_error>
 
 #include "common/export.hpp"
 #include "common/log.hpp"
@@ -210,6 +211,11 @@ SOFTRDMA_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
     ctx->vctx.query_port = query_port_op;
     ctx->vctx.query_device_ex = query_device_ex_op;
     return &c;
+  } catch (const std::system_error& e) {
+    // The registry cannot be used (another user made its file, say): say why, always.
+    SOFTRDMA_NOTICE("%s cannot be opened: %s", device->name, e.what());
+    errno = e.code().value() ? e.code().value() : ENOMEM;
+    return nullptr;
   } catch (const std::exception& e) {
     SOFTRDMA_DEBUG_LOG("ibv_open_device: %s", e.what());
     errno = ENOMEM;

@@ -1,8 +1,10 @@
 // Calls between softrdma's own programs and libraries (node SOFTRDMA_PRIVATE_1, not part of
-// rdma-core's ABI): librdmacm asks libibverbs to stop a QP when its connection ends; tests
-// that speak the wire format as another host would ask for this user's hello and counters.
+// rdma-core's ABI): librdmacm asks libibverbs to stop a QP when its connection ends,
+// softrdma-view where the device counters are; tests that speak the wire format as another
+// host would ask for this user's hello and counters.
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 #include "common/export.hpp"
 #include "engine/device_counters.hpp"
@@ -47,4 +49,14 @@ SOFTRDMA_EXPORT int softrdma_counter(const char* name, uint64_t* value) {
     }
   }
   return -1;
+}
+
+// Writes every device counter's file and puts their directory (engine/device_counters.hpp)
+// into `out` (`size` bytes, with its terminating 0): softrdma-run's view shows it as the
+// port's hw_counters. Returns 0, or -1 when the directory cannot be made or does not fit.
+SOFTRDMA_EXPORT int softrdma_counters_dir(char* out, size_t size) {
+  const std::string dir = write_counter_files();
+  if (dir.empty() || dir.size() + 1 > size) return -1;
+  std::memcpy(out, dir.c_str(), dir.size() + 1);
+  return 0;
 }

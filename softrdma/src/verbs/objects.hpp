@@ -165,6 +165,7 @@ struct SendWork {
   bool answered = false;      // unreliable QPs: its answer came before an earlier request's
   uint8_t resends = 0;        // unreliable QPs: sent again because its connection broke
   uint8_t sequence_naks = 0;  // reliable QPs: sequence NAKs it was answered with
+  bool refused = false;       // reliable QPs: the responder did not take it (kNoAnswer)
   std::shared_ptr<wire::Link> link;
 };
 

@@ -12,6 +12,9 @@
 #include <fstream>
 #include <memory>
 
+// The directory of the device's counter files (verbs/internal_api.cpp).
+extern "C" int softrdma_counters_dir(char* out, size_t size);
+
 namespace softrdma::view {
 namespace {
 
@@ -141,6 +144,10 @@ void write_port(ibv_context* ctx, const std::string& port_dir, uint8_t port, std
     // The device's network interfaces, as device/net/<name> of a RoCE NIC.
     link_to("/sys/class/net/" + std::string(ifname), net_dir + "/" + ifname);
   }
+  // The counters, live: the library rewrites their files as it counts.
+  char counters[512];
+  if (softrdma_counters_dir(counters, sizeof counters) == 0)
+    link_to(counters, port_dir + "/hw_counters");
 }
 
 void write_device(ibv_device* dev, const std::string& class_dir) {

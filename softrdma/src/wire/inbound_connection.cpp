@@ -17,6 +17,7 @@
 #include "engine/transmit.hpp"
 #include "wire/datagram_acks.hpp"
 #include "wire/hello.hpp"
+#include "wire/peer_penalties.hpp"
 #include "wire/protocol.hpp"
 #include "wire/socket_io.hpp"
 #include "wire/socket_tail.hpp"
@@ -160,6 +161,11 @@ bool InboundConnection::take_hello() {
     return false;
   }
   peer_.identity = hello.identity;
+  if (peer_penalties().refused(peer_, Clock::now())) {
+    count(Counter::kPeersRefused);
+    SOFTRDMA_NOTICE("refused a connection of a peer that caused too many remote access errors");
+    return false;
+  }
   consumed_ += sizeof hello;
   hello_done_ = true;
   return true;
@@ -262,7 +268,7 @@ bool InboundConnection::land_waiting_payload(bool& landed) {
   SocketTail tail(fd_, rest, reinterpret_cast<char*>(&next), sizeof next);
   execute(h, input_.data() + consumed_ + sizeof h, buffered, &tail);
   // A request not carried out (RNR, out of sequence, an error) leaves its payload unread.
-  if (!tail.drop_rest()) return false;
+  if (!tail.drop_rest() || closing_) return false;
   took_from_socket(rest + tail.after_read());
   received_ += rest + tail.after_read();
   // What came after the payload is the start of the next request.
@@ -355,7 +361,10 @@ bool InboundConnection::execute_complete() {
     if (lands_in_place(h)) add_unlocked(large_total, 1);
     execute(h, input_.data() + consumed_ + sizeof h, h.payload_len);
     consumed_ += sizeof h + h.payload_len;
-    if (closing_) return false;
+    if (closing_) {
+      flush();  // what can go out of the last answers
+      return false;
+    }
     if (output_.size() - written_ >= kEagerFlush && !flush()) return false;
   }
   // Keep the unconsumed bytes at the front; the buffer keeps its size for the next reads.
@@ -434,6 +443,18 @@ void InboundConnection::execute(const Request& h, const char* payload, size_t bu
         apply_implied_acks(h.dest_qpn, h.acked_psn_end & psn::kMask);
     } else {
       note_refused();
+    }
+  }
+  if (reply && reply->kind == ResponderReply::Kind::kDone &&
+      reply->status == IBV_WC_REM_ACCESS_ERR) {
+    count(Counter::kRemoteAccessErrors);
+    if (peer_penalties().note_access_error(peer_, Clock::now())) {
+      count(Counter::kPeersRefused);
+      closing_ = true;  // answered, then closed: the peer is refused for a while
+      SOFTRDMA_NOTICE("a peer caused %u remote access errors within %lld s: refused for %lld s",
+                      PeerPenalties::kMostAccessErrors,
+                      static_cast<long long>(PeerPenalties::kWindow.count()),
+                      static_cast<long long>(PeerPenalties::kRefusedFor.count()));
     }
   }
   if (!reply) {

@@ -115,7 +115,7 @@ class InboundConnection {
   uint32_t own_ipv4_be_ = 0;
   bool hello_done_ = false;
   bool proven_ = false;
-  bool closing_ = false;     // refused too often before proving itself
+  bool closing_ = false;     // refused too often, or a peer refused for a while: close it
   uint32_t refused_ = 0;     // requests refused before it proved itself
   size_t discard_ = 0;       // bytes of a refused request's payload still in the socket
   std::vector<char> input_;  // [consumed_, filled_): read, not yet executed
