@@ -123,6 +123,14 @@ uint32_t own_address(int fd) {
   return a.sin_addr.s_addr;
 }
 
+// Binds `s` to the address of `a`, its port left to connect() (IP_BIND_ADDRESS_NO_PORT): one
+// chosen now would come from the pool free_tcp_port() draws the other tests' ports from.
+bool bind_address(int s, const sockaddr_in& a) {
+  int one = 1;
+  setsockopt(s, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
+  return bind(s, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0;
+}
+
 // Sends a link's hello on the connected socket `s`, as this user's link from its address to
 // the same (this host), and takes the listener's.
 bool say_hello(int s) {
@@ -141,11 +149,11 @@ int connect_socket(int s, uint16_t port, bool hello = true) {
   sockaddr_in a{};
   socklen_t length = sizeof a;
   getsockname(s, reinterpret_cast<sockaddr*>(&a), &length);
-  if (a.sin_port == 0) {
+  if (a.sin_addr.s_addr == htonl(INADDR_ANY) && a.sin_port == 0) {  // not bound
     a = sockaddr_in{};
     a.sin_family = AF_INET;
     a.sin_addr.s_addr = gid0_ipv4();
-    if (bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    if (!bind_address(s, a)) {
       close(s);
       return -1;
     }
@@ -181,7 +189,7 @@ int connect_from(const char* ip, uint16_t port) {
   sockaddr_in a{};
   a.sin_family = AF_INET;
   inet_pton(AF_INET, ip, &a.sin_addr);
-  if (bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+  if (!bind_address(s, a)) {
     close(s);
     return -1;
   }

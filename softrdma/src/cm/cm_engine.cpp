@@ -745,6 +745,10 @@ int start_connect(CmId* id) {
   tune_link(fd);
   sockaddr_in src = id->id.route.addr.src_sin;
   src.sin_port = 0;
+  // The port is left to connect(): one chosen at bind time comes from the pool that other
+  // programs' listeners draw from (bind to port 0), and would take one from them.
+  int one = 1;
+  setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
   bind(fd, reinterpret_cast<sockaddr*>(&src), sizeof src);
   const bool at_once = connect(fd, &id->id.route.addr.dst_addr, sizeof(sockaddr_in)) == 0;
   if (!at_once && errno != EINPROGRESS) {

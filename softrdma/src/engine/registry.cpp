@@ -47,7 +47,6 @@ constexpr uint64_t kMagic = 0x38764d4452544653ull;  // "SFTRDMv8"
 // device's counters.
 constexpr uint32_t kLayoutVersion = 16;
 constexpr size_t kHeaderBytes = 4096;
-static_assert(sizeof(Registry::Header) <= kHeaderBytes);
 constexpr size_t kQpBytes = sizeof(QpSlot) * Registry::kQpCapacity;
 constexpr size_t kMrBytes = sizeof(MrSlot) * Registry::kMrCapacity;
 constexpr size_t kMrPinsBytes = sizeof(EntryPins) * Registry::kMrCapacity;
@@ -234,6 +233,7 @@ Registry::Registry(void* base, uint32_t qpn_range, std::string path)
                                             kQpPinsBytes)),
       direct_(
           reinterpret_cast<DirectAccess*>(static_cast<char*>(base) + kFileBytes - kDirectBytes)) {
+  static_assert(sizeof(Header) <= kHeaderBytes, "the header fits its page");
   // A zero-filled file is a valid empty registry; the magic only marks the layout.
   uint64_t expected = 0;
   header_->magic.compare_exchange_strong(expected, kMagic);

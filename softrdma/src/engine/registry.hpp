@@ -245,9 +245,8 @@ class Registry {
   /// The registry file.
   const std::string& path() const { return path_; }
 
-  struct Header;
-
  private:
+  struct Header;
   static Registry& map_instance();
   static inline std::atomic<Registry*> mapped_{nullptr};  // set once mapped, never changed
   // A random word, stored in `word` unless a process stored one first; the word's value.

@@ -67,8 +67,11 @@ int connect_once(uint32_t src_ipv4_be, uint32_t ipv4_be, uint16_t port, Hello& t
   sockaddr_in a{};
   a.sin_family = AF_INET;
   // From the QP's own GID, as a NIC sends: the peer checks that requests come from the host
-  // its QP is connected to.
+  // its QP is connected to. The port is left to connect(), as for any client: one chosen at
+  // bind time would be taken from the pool the listeners of other programs draw theirs from.
   a.sin_addr.s_addr = src_ipv4_be;
+  int one = 1;
+  if (src_ipv4_be) setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
   if (src_ipv4_be && bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
     const int err = errno;
     close(fd);

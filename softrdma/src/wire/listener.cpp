@@ -21,6 +21,7 @@
 #include "common/background_thread.hpp"
 #include "common/current_pid.hpp"
 #include "common/log.hpp"
+#include "common/softrdma_port.hpp"
 #include "wire/arrivals.hpp"
 #include "wire/inbound_connection.hpp"
 #include "wire/port_holder.hpp"
@@ -492,20 +493,9 @@ int hold_port_locked(HeldPort& held) {
   if (held.pid == current_pid()) return 0;
   const uint16_t port = listen_port();
   if (port == 0) return 0;  // past the last port: nothing to hold, and no listener
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (fd < 0) return errno;
-  // SO_REUSEPORT shares the port with this user's other processes only. No SO_REUSEADDR: a
-  // bound socket that had it could be bound again by another user who set it too, and who
-  // would then listen before this process does.
-  int one = 1;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_ANY);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+  const int fd = bind_shared_port(port, SOCK_NONBLOCK);
+  if (fd < 0) {
     const int err = errno;
-    close(fd);
     if (err == EADDRINUSE) {
       const std::optional<uid_t> owner = listener_owner(port);
       char who[48] = "another program";
