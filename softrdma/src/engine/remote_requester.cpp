@@ -49,9 +49,12 @@ const std::shared_ptr<wire::Link>& link_for(Qp& qp, const SendWork& w) {
       last.port == port && last.pid == current_pid() && last.link->alive())
     return last.link;
   std::shared_ptr<wire::Link> link = wire::Link::to(src_ipv4_be, ipv4_be, port);
-  if (link && connected) {
-    if (!qp.responder_identity) qp.responder_identity = link->listener_identity();
-    if (*qp.responder_identity != link->listener_identity()) {
+  if (link && connected && qp.responder_identity) {
+    // The listener that served the QP's peer before, or none: one another user put on the
+    // port since is not sent to (a link not greeted yet checks when its hello comes).
+    if (!link->greeted()) {
+      link->expect_listener(*qp.responder_identity);
+    } else if (link->listener_identity() != *qp.responder_identity) {
       SOFTRDMA_NOTICE(
           "QP %u: the listener at port %u of its peer's host is not the one that served its "
           "peer before (another user holds the port?): not sent there",
@@ -396,6 +399,11 @@ void send_unanswered_again(Qp& qp, const Link& broken) {
 
 void answer_received(Qp* qp, Link& link, const Response& r, std::span<const char> payload) {
   BiasedLock::Guard lock(qp->sq_mutex);
+  // A connected QP pins the listener that answered it first (link_for).
+  if (qp->qpx.qp_base.qp_type != IBV_QPT_UD) {
+    if (!qp->responder_identity) qp->responder_identity = link.listener_identity();
+    if (*qp->responder_identity != link.listener_identity()) return;  // not its peer's
+  }
   // The responder executes a reliable QP's requests in order, so an answer that is not a
   // sequence NAK acknowledges every request before it, as on a NIC: one whose own ACK it
   // held back (wire/held_acks.hpp) may still wait here for the request that carried it.

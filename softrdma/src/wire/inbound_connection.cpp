@@ -436,6 +436,8 @@ void InboundConnection::execute(const Request& h, const char* payload, size_t bu
                 : respond(target, request);
     if (!connected) {
       if (h.qkey == target.qp->qkey) proven_ = true;
+    } else if (check == PeerCheck::kPeer) {
+      proven_ = true;
     } else if (check_peer(*target.qp, peer_, h.src_qpn) == PeerCheck::kPeer) {
       proven_ = true;
       // The first request that proved the QP's peer: what it acknowledges applies now.

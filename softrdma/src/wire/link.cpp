@@ -32,36 +32,22 @@ namespace {
 constexpr int kConnectTimeoutMs = 1000;
 constexpr int kConnectTriesWhileReset = 8;
 
-// Sends this end's hello and takes the listener's, within the connect timeout; 0 or an errno
-// (EPROTO: the other end is no softrdma listener we may use, and says why in `problem`).
-int exchange_hellos(int fd, uint32_t src_ipv4_be, uint32_t dst_ipv4_be, Hello& theirs,
-                    const char*& problem) {
+// Sends this end's hello: the first bytes of the link, ahead of anything else. 0 or an errno.
+int send_hello(int fd, uint32_t src_ipv4_be, uint32_t dst_ipv4_be) {
   sockaddr_in own{};
   socklen_t length = sizeof own;
   if (getsockname(fd, reinterpret_cast<sockaddr*>(&own), &length) != 0) return errno;
   const Hello ours =
       hello_of(Role::kLink, src_ipv4_be ? src_ipv4_be : own.sin_addr.s_addr, dst_ipv4_be);
+  // A new socket takes 32 bytes at once.
   if (send(fd, &ours, sizeof ours, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof ours))
     return errno ? errno : EPIPE;
-  size_t got = 0;
-  while (got < sizeof theirs) {
-    pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, kConnectTimeoutMs) != 1) return ETIMEDOUT;
-    const ssize_t n = recv(fd, reinterpret_cast<char*>(&theirs) + got, sizeof theirs - got, 0);
-    if (n == 0) return ECONNRESET;
-    if (n < 0) {
-      if (errno == EINTR || errno == EAGAIN) continue;
-      return errno;
-    }
-    got += static_cast<size_t>(n);
-  }
-  problem = hello_problem(theirs, Role::kListener);
-  return *problem ? EPROTO : 0;
+  return 0;
 }
 
-// A connected socket to the host and port, from `src_ipv4_be` (0: any), its listener's hello
-// taken; or -1 with errno set.
-int connect_once(uint32_t src_ipv4_be, uint32_t ipv4_be, uint16_t port, Hello& theirs) {
+// A connected socket to the host and port, from `src_ipv4_be` (0: any), its hello sent; or -1
+// with errno set.
+int connect_once(uint32_t src_ipv4_be, uint32_t ipv4_be, uint16_t port) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return -1;
   sockaddr_in a{};
@@ -96,14 +82,7 @@ int connect_once(uint32_t src_ipv4_be, uint32_t ipv4_be, uint16_t port, Hello& t
   if (err == 0) {
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     tune_data_socket(fd);
-    const char* problem = "";
-    err = exchange_hellos(fd, src_ipv4_be, ipv4_be, theirs, problem);
-    if (err == EPROTO) {
-      count(Counter::kBadHellos);
-      char where[INET_ADDRSTRLEN] = "?";
-      inet_ntop(AF_INET, &ipv4_be, where, sizeof where);
-      SOFTRDMA_NOTICE("not using port %u of %s: %s", port, where, problem);
-    }
+    err = send_hello(fd, src_ipv4_be, ipv4_be);
   }
   if (err != 0) {
     close(fd);
@@ -116,9 +95,9 @@ int connect_once(uint32_t src_ipv4_be, uint32_t ipv4_be, uint16_t port, Hello& t
 // A connection reset as soon as it is made was most likely queued at a listener that then
 // closed: a process of the peer's user that ended, while others of the user serve the port
 // (SO_REUSEPORT). The next one lands in a listener that is open, so it is made again.
-int connect_to(uint32_t src_ipv4_be, uint32_t ipv4_be, uint16_t port, Hello& theirs) {
+int connect_to(uint32_t src_ipv4_be, uint32_t ipv4_be, uint16_t port) {
   for (int tries = 1;; ++tries) {
-    const int fd = connect_once(src_ipv4_be, ipv4_be, port, theirs);
+    const int fd = connect_once(src_ipv4_be, ipv4_be, port);
     if (fd >= 0 || errno != ECONNRESET || tries == kConnectTriesWhileReset) return fd;
   }
 }
@@ -151,10 +130,9 @@ std::shared_ptr<Link> Link::to(uint32_t src_ipv4_be, uint32_t ipv4_be, uint16_t 
   if (auto it = l.by_destination.find(destination);
       it != l.by_destination.end() && it->second->alive())
     return it->second;
-  Hello theirs{};
-  int fd = connect_to(src_ipv4_be, ipv4_be, port, theirs);
+  int fd = connect_to(src_ipv4_be, ipv4_be, port);
   if (fd < 0) return nullptr;
-  std::shared_ptr<Link> link(new Link(fd, theirs.identity));
+  std::shared_ptr<Link> link(new Link(fd, ipv4_be, port));
   link->self_ = link;
   l.by_destination[destination] = link;
   open_links.store(l.by_destination.size(), std::memory_order_relaxed);
@@ -254,7 +232,9 @@ Link::Sent Link::send(const Request& header, const iovec* payload, int count, bo
   const int first_borrowed = may_borrow && header.payload_len >= kBorrowedAtLeast ? 1 : n;
   std::lock_guard lock(write_mutex_);
   if (!alive()) return Sent::kFailed;
-  if (!backlog_.empty() || flushing_) {  // behind bytes already waiting
+  // Nothing goes out before the listener proved to be one (take_hello): until then, the
+  // writer thread holds it back.
+  if (!backlog_.empty() || flushing_ || !greeted()) {  // behind bytes already waiting
     queue(iov, n, 0, first_borrowed);
     return Sent::kQueued;
   }
@@ -293,7 +273,8 @@ bool Link::write_out() {
 void Link::flush_loop(std::shared_ptr<Link> self) {
   std::unique_lock lock(self->write_mutex_);
   for (;;) {
-    self->backlog_ready_.wait(lock, [&] { return !self->backlog_.empty() || !self->alive(); });
+    self->backlog_ready_.wait(
+        lock, [&] { return (!self->backlog_.empty() && self->greeted()) || !self->alive(); });
     if (!self->alive()) return;
     {
       std::lock_guard borrowing(self->borrow_mutex_);
@@ -312,6 +293,33 @@ void Link::flush_loop(std::shared_ptr<Link> self) {
   }
 }
 
+void Link::expect_listener(const Identity& identity) {
+  std::lock_guard lock(write_mutex_);
+  if (!expected_) expected_ = identity;
+}
+
+bool Link::take_hello() {
+  Hello theirs;
+  std::memcpy(&theirs, input_.data(), sizeof theirs);
+  const char* problem = hello_problem(theirs, Role::kListener);
+  std::lock_guard lock(write_mutex_);
+  if (!*problem && expected_ && *expected_ != theirs.identity)
+    problem =
+        "it is not the listener that served this host's QPs there before (another user "
+        "holds the port?)";
+  if (*problem) {
+    count(Counter::kBadHellos);
+    char where[INET_ADDRSTRLEN] = "?";
+    inet_ntop(AF_INET, &ipv4_be_, where, sizeof where);
+    SOFTRDMA_NOTICE("not using port %u of %s: %s", port_, where, problem);
+    return false;
+  }
+  listener_identity_ = theirs.identity;
+  greeted_.store(true, std::memory_order_release);
+  backlog_ready_.notify_all();  // what waited for the hello goes out
+  return true;
+}
+
 bool Link::take_responses(bool& handled) {
   // Bytes asked of the socket per read, and most asked while a large answer arrives.
   constexpr size_t kReadChunk = size_t{64} << 10;
@@ -321,7 +329,7 @@ bool Link::take_responses(bool& handled) {
   if (broken_) return false;
   for (int reads = 0; reads < kReads; ++reads) {
     size_t want = kReadChunk;
-    if (filled_ >= sizeof(Response)) {
+    if (greeted() && filled_ >= sizeof(Response)) {
       Response h;
       std::memcpy(&h, input_.data(), sizeof h);
       if (valid(h) && sizeof h + h.payload_len > filled_)
@@ -338,6 +346,14 @@ bool Link::take_responses(bool& handled) {
     filled_ += static_cast<size_t>(r);
     bytes_read_ += static_cast<uint64_t>(r);
     size_t used = 0;
+    if (!greeted()) {
+      if (filled_ < sizeof(Hello)) continue;
+      if (!take_hello()) {
+        broken_ = true;
+        return false;
+      }
+      used = sizeof(Hello);
+    }
     while (filled_ - used >= sizeof(Response)) {
       Response h;
       std::memcpy(&h, input_.data() + used, sizeof h);

@@ -15,6 +15,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -29,13 +30,20 @@ namespace softrdma::wire {
 class Link {
  public:
   /// The connection from `src_ipv4_be` (0: any address) to the softrdma listener at
-  /// `ipv4_be`:`port` (see port_of_qpn), its hellos exchanged (wire/hello.hpp); made (or
-  /// remade after a failure) on demand. nullptr when it cannot be reached right now, or the
-  /// listener there is none a softrdma peer may use.
+  /// `ipv4_be`:`port` (see port_of_qpn), its hello sent (wire/hello.hpp); made (or remade
+  /// after a failure) on demand, without waiting for the listener. nullptr when it cannot be
+  /// reached right now.
   static std::shared_ptr<Link> to(uint32_t src_ipv4_be, uint32_t ipv4_be, uint16_t port);
-  /// The identity the listener presented: the same for every listener of one user on that
-  /// host towards this one, which a QP pins.
+  /// The listener's hello came and was taken: what is sent goes out. Until then it waits,
+  /// and a hello that is not a softrdma listener's, or not the one expect_listener() named,
+  /// breaks the link.
+  bool greeted() const { return greeted_.load(std::memory_order_acquire); }
+  /// The identity the listener presented, once greeted(): the same for every listener of one
+  /// user on that host towards this one, which a QP pins.
   const Identity& listener_identity() const { return listener_identity_; }
+  /// Before greeted(): the link is to be used only if the listener presents `identity` (a
+  /// QP's pin). The first expectation stands.
+  void expect_listener(const Identity& identity);
 
   enum class Sent {
     kHeaderNow,  // the header is in the socket, behind nothing of ours but what it holds
@@ -66,8 +74,10 @@ class Link {
   Link& operator=(const Link&) = delete;
 
  private:
-  Link(int fd, const Identity& listener_identity)
-      : fd_(fd), listener_identity_(listener_identity) {}
+  Link(int fd, uint32_t ipv4_be, uint16_t port) : fd_(fd), ipv4_be_(ipv4_be), port_(port) {}
+  /// Takes the listener's hello at the front of input_ (the caller holds read_mutex_).
+  /// False: not one to use (said in a notice).
+  bool take_hello();
   static bool take_arrived_responses_now();
   /// Links of this process (of its parent, in a forked child until it makes one): checked
   /// inline on every poll, so a process without any pays nothing more.
@@ -87,9 +97,13 @@ class Link {
   void shut_holding_lock();
 
   int fd_;
-  const Identity listener_identity_;
-  std::mutex read_mutex_;    // guards the members below: one thread reads at a time
-  std::vector<char> input_;  // bytes read, up to filled_, not yet handled
+  const uint32_t ipv4_be_;  // where it leads, for notices
+  const uint16_t port_;
+  std::atomic<bool> greeted_{false};
+  Identity listener_identity_{};      // written once, before greeted_
+  std::optional<Identity> expected_;  // guarded by write_mutex_
+  std::mutex read_mutex_;             // guards the members below: one thread reads at a time
+  std::vector<char> input_;           // bytes read, up to filled_, not yet handled
   size_t filled_ = 0;
   uint64_t bytes_read_ = 0;  // ever, by any thread
   QuietSocket quiet_;        // how often applications' looks read the socket
