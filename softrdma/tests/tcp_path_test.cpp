@@ -2280,6 +2280,30 @@ TEST_F(TcpPathTest, RequestsFromAnotherHostOrUserThanThePeersAreRefusedAndCounte
   close(peer);
 }
 
+// A connection that has not proven itself holds no large payload: a request that would be
+// refused whatever it carries (here to a QP that does not exist) is answered as soon as its
+// header is read, and its payload, when it comes, is dropped as it comes; the stream stays in
+// step, and the next request (the peer's first, taken) is carried out.
+TEST_F(TcpPathTest, AnUnprovenConnectionHoldsNoLargePayloadOfARequestItRefuses) {
+  ASSERT_NO_FATAL_FAILURE(ConnectPair());
+  Buffer target = NewBuffer(64, kRemoteAccess, 0);
+  const int s = connect_to(own_port());
+  ASSERT_GE(s, 0);
+  constexpr uint64_t kLarge = uint64_t{4} << 20;
+  wire::Request h = valid_request(0xfffff0);  // no such QP
+  h.length = h.payload_len = kLarge;
+  ASSERT_EQ(send(s, &h, sizeof h, 0), static_cast<ssize_t>(sizeof h));
+  wire::Response r{};
+  ASSERT_TRUE(read_all(s, &r, sizeof r, kTimeout)) << "waited for the payload first";
+  EXPECT_EQ(r.reply, wire::Reply::kNoAnswer);
+  const std::vector<char> payload(kLarge, 'x');
+  ASSERT_EQ(send(s, payload.data(), payload.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(payload.size()));
+  EXPECT_EQ(write_over_tcp(s, target, 0, 'a', 0).reply, wire::Reply::kDone);
+  EXPECT_TRUE(target.all('a', 0, 8) && target.all(0, 8, 56));
+  close(s);
+}
+
 // A connection that does not open with a softrdma hello is closed before anything else it
 // sends is read, and counted.
 TEST_F(TcpPathTest, AConnectionWithoutAHelloIsClosedAndCounted) {
